@@ -1,0 +1,62 @@
+"""The interface between the scheduler process and an engine (the real model or the fake one).
+
+The scheduler process owns exactly one Engine and drives it from a single thread:
+
+    engine.add_request(submit)          # admitted later, when capacity allows
+    while engine.has_work():
+        outputs = engine.step()         # one forward pass: new tokens for running outputs
+    engine.abort_request(rid)           # any time between steps
+
+An engine never blocks on I/O, never raises for a request it was given (the frontend validated
+it against EngineInfo), and after ``abort_request``/its last finish holds no state for the rid.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from reference_server.ipc import EngineInfo, EngineLoad, SequenceOutput, SubmitRequest
+
+
+class Engine(Protocol):
+    def info(self) -> EngineInfo:
+        """Static facts the frontend validates requests against. Cheap; called once at start."""
+        ...
+
+    def add_request(self, request: SubmitRequest) -> None:
+        """Queue a request group. Its ``num_outputs`` outputs are admitted all-or-nothing;
+        a group waits (never fails) while there is not enough free KV space."""
+        ...
+
+    def abort_request(self, rid: str) -> list[SequenceOutput]:
+        """Drop every output of ``rid`` (waiting or running) and free its KV slots.
+        Returns one ``finish=Finish("aborted")`` output, with no tokens, per output that had
+        not finished yet; ``[]`` for an unknown rid."""
+        ...
+
+    def finish_output(self, rid: str, output_index: int) -> None:
+        """The detokenizer ended this output (stop string). Free it and emit nothing more for it."""
+        ...
+
+    def step(self) -> list[SequenceOutput]:
+        """Run one scheduling step. Each running output that produced a token gets one
+        SequenceOutput; an output's last SequenceOutput carries its Finish. The first output
+        emitted for a request carries ``cached_prompt_tokens``."""
+        ...
+
+    def has_work(self) -> bool:
+        """Whether ``step()`` would make progress (something waiting or running)."""
+        ...
+
+    def load(self, *, paused: bool) -> EngineLoad:
+        """Current occupancy. All counts except totals are 0 once no request is in flight."""
+        ...
+
+    def flush_cache(self) -> int:
+        """Drop every cached prefix that no running request uses. Returns KV slots released."""
+        ...
+
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
+        """L2-normalized embedding per text and its token count. Raises ValueError for a text
+        longer than the embedding model's window."""
+        ...

@@ -1,0 +1,270 @@
+"""Every message that crosses a process boundary, grouped by the process that receives it.
+
+Wire format: msgspec msgpack with an explicit tag per message type, so renaming a class never
+changes the wire and an unknown tag is a decode error. Each receiver decodes with its own closed
+union (``*_INBOX``).
+
+    frontend ──Submit/Abort/queries──▶ scheduler ──Register/StepOutputs──▶ detokenizer
+        ▲                                 │  ▲                                   │
+        └──────────── Ready/replies ──────┘  └──────── FinishOutput ──────────────┤
+        ▲                                                                         │
+        └───────────────────────────── OutputBatch ───────────────────────────────┘
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+# ── shared value types ──────────────────────────────────────────────────────────────────────
+
+
+class SamplingConfig(msgspec.Struct, frozen=True):
+    """Resolved sampling options: every default already applied."""
+
+    temperature: float  # 0 = greedy
+    top_p: float  # 1 = disabled
+    top_k: int  # 0 = disabled
+    min_p: float  # 0 = disabled
+    frequency_penalty: float
+    presence_penalty: float
+    repetition_penalty: float  # 1 = disabled
+    seed: int  # base seed; output i samples from a generator seeded with derive_seed(seed, i)
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class StoppingConfig(msgspec.Struct, frozen=True):
+    """Token-level stop conditions, applied by the engine. Stop strings live in DetokenizeConfig."""
+
+    max_tokens: int  # >= 1, and prompt + max_tokens <= context window
+    min_tokens: int  # EOS and stop_token_ids are masked out until this many tokens exist
+    stop_token_ids: tuple[int, ...]
+    ignore_eos: bool
+
+
+class DetokenizeConfig(msgspec.Struct, frozen=True):
+    """Text-level options, applied by the detokenizer."""
+
+    return_text: bool
+    skip_special_tokens: bool
+    stop_strings: tuple[str, ...]
+    include_stop_in_output: bool
+    min_tokens: int  # a stop string only matches once the output has at least this many tokens
+
+
+FinishReasonName = Literal["stop", "length", "aborted"]
+
+
+class Finish(msgspec.Struct, frozen=True):
+    """Why an output ended. For reason "stop" exactly one of the three match fields is set."""
+
+    reason: FinishReasonName
+    eos_token_id: int | None = None
+    stop_token_id: int | None = None
+    stop_string: str | None = None
+
+
+class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
+    token_id: int
+    logprob: float
+    rank: int  # 1-based
+    top: list[tuple[int, float]]  # (token_id, logprob), best first
+
+
+class SequenceOutput(msgspec.Struct, array_like=True):
+    """What one step produced for one output of one request."""
+
+    rid: str
+    output_index: int
+    token_ids: list[int]  # new tokens only; empty for a finish without a token (abort)
+    logprobs: list[TokenLogprob] | None = None  # one per new token when requested
+    finish: Finish | None = None
+    cached_prompt_tokens: int | None = None  # set once per request, on its first output
+
+
+def derive_seed(seed: int, output_index: int) -> int:
+    """Seed of output ``output_index``'s generator: deterministic, distinct per index."""
+    mixed = (seed ^ (0x9E3779B97F4A7C15 * (output_index + 1))) & 0xFFFFFFFFFFFFFFFF
+    mixed ^= mixed >> 31
+    return (mixed * 0xBF58476D1CE4E5B9) & 0x7FFFFFFFFFFFFFFF
+
+
+# ── frontend → scheduler ────────────────────────────────────────────────────────────────────
+
+
+class SubmitRequest(msgspec.Struct, frozen=True, tag="submit"):
+    """A validated, tokenized request with ``num_outputs`` outputs sharing one prompt."""
+
+    rid: str
+    prompt_ids: list[int]  # never empty, every id < vocab size
+    num_outputs: int  # n >= 1; admitted all-or-nothing
+    sampling: SamplingConfig
+    stopping: StoppingConfig
+    top_logprobs: int | None  # None: no logprobs; k >= 0: logprobs with k candidates
+    detokenize: DetokenizeConfig
+
+
+class AbortRequests(msgspec.Struct, frozen=True, tag="abort"):
+    """End these requests. Unknown rids are ignored. Unfinished outputs finish as aborted."""
+
+    rids: list[str]
+
+
+class QueryLoad(msgspec.Struct, frozen=True, tag="query_load"):
+    query_id: int
+
+
+class FlushCache(msgspec.Struct, frozen=True, tag="flush_cache"):
+    query_id: int
+
+
+class SetPaused(msgspec.Struct, frozen=True, tag="set_paused"):
+    query_id: int
+    paused: bool
+
+
+class EmbedTexts(msgspec.Struct, frozen=True, tag="embed"):
+    query_id: int
+    texts: list[str]
+
+
+class Shutdown(msgspec.Struct, frozen=True, tag="shutdown"):
+    """Stop the receiving process's loop and exit."""
+
+
+# ── detokenizer → scheduler ─────────────────────────────────────────────────────────────────
+
+
+class FinishOutput(msgspec.Struct, frozen=True, tag="finish_output"):
+    """The detokenizer ended this output (a stop string matched): free it without more output."""
+
+    rid: str
+    output_index: int
+
+
+SCHEDULER_INBOX = (
+    SubmitRequest | AbortRequests | FinishOutput | QueryLoad | FlushCache | SetPaused | EmbedTexts | Shutdown
+)
+
+# ── scheduler → detokenizer ─────────────────────────────────────────────────────────────────
+
+
+class RegisterRequest(msgspec.Struct, frozen=True, tag="register"):
+    """Sent before any output of ``rid``: how to turn its tokens into text."""
+
+    rid: str
+    num_outputs: int
+    detokenize: DetokenizeConfig
+
+
+class StepOutputs(msgspec.Struct, frozen=True, tag="step_outputs"):
+    outputs: list[SequenceOutput]
+
+
+DETOKENIZER_INBOX = RegisterRequest | StepOutputs | Shutdown
+
+# ── detokenizer → frontend ──────────────────────────────────────────────────────────────────
+
+
+class OutputEvent(msgspec.Struct, array_like=True):
+    """New tokens and text of one output, possibly with its finish."""
+
+    rid: str
+    output_index: int
+    token_ids: list[int]
+    text: str
+    logprobs: list[TokenLogprob] | None
+    finish: Finish | None
+    completion_tokens: int  # tokens of this output so far, this event's included
+    cached_prompt_tokens: int | None
+
+
+class OutputBatch(msgspec.Struct, frozen=True, tag="output_batch"):
+    events: list[OutputEvent]
+
+
+# ── scheduler → frontend ────────────────────────────────────────────────────────────────────
+
+
+class EngineInfo(msgspec.Struct, frozen=True):
+    """What the engine serves; the frontend validates requests against it."""
+
+    model_id: str
+    architecture: str
+    vocab_size: int
+    max_context_tokens: int
+    eos_token_ids: list[int]
+    bos_token_id: int | None
+    kv_tokens_total: int  # a request needing more slots than this can never run
+    max_running_sequences: int
+    prefix_cache: bool
+    deterministic_greedy: bool
+    embedding_model_id: str | None
+    embedding_dimensions: int
+    embedding_max_tokens: int
+
+
+class Ready(msgspec.Struct, frozen=True, tag="ready"):
+    engine: EngineInfo
+
+
+class EngineLoad(msgspec.Struct, frozen=True):
+    running_sequences: int
+    waiting_sequences: int
+    kv_tokens_in_use: int
+    kv_tokens_total: int
+    kv_tokens_cached: int
+    paused: bool
+    requests_in_engine: int  # request groups holding any engine state
+
+
+class LoadReply(msgspec.Struct, frozen=True, tag="load_reply"):
+    query_id: int
+    load: EngineLoad
+
+
+class FlushReply(msgspec.Struct, frozen=True, tag="flush_reply"):
+    query_id: int
+    released_tokens: int
+
+
+class PausedReply(msgspec.Struct, frozen=True, tag="paused_reply"):
+    query_id: int
+    paused: bool
+
+
+class EmbedReply(msgspec.Struct, frozen=True, tag="embed_reply"):
+    query_id: int
+    vectors: list[list[float]]
+    token_counts: list[int]
+    error: str | None = None  # e.g. a text longer than the embedding model's window
+
+
+class WorkerFailed(msgspec.Struct, frozen=True, tag="worker_failed"):
+    """A worker hit an unrecoverable error; the frontend fails in-flight streams."""
+
+    process: str
+    message: str
+
+
+FRONTEND_INBOX = (
+    OutputBatch | Ready | LoadReply | FlushReply | PausedReply | EmbedReply | WorkerFailed
+)
+
+
+# ── codec ───────────────────────────────────────────────────────────────────────────────────
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+scheduler_decoder = msgspec.msgpack.Decoder(SCHEDULER_INBOX)
+detokenizer_decoder = msgspec.msgpack.Decoder(DETOKENIZER_INBOX)
+frontend_decoder = msgspec.msgpack.Decoder(FRONTEND_INBOX)
