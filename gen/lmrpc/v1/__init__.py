@@ -214,9 +214,7 @@ class AbortResponse(betterproto2.Message):
     Response of Abort.
     """
 
-    outcomes: "list[AbortOutcome]" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, repeated=True
-    )
+    outcomes: "list[AbortOutcome]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
     """
     One outcome per targeted id; for AllRequests, one per request that was in flight.
     """
@@ -345,16 +343,12 @@ class ChatInput(betterproto2.Message):
     A conversation that the server renders with the model's chat template before tokenizing.
     """
 
-    messages: "list[ChatMessage]" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, repeated=True
-    )
+    messages: "list[ChatMessage]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
     """
     The turns, oldest first. MUST NOT be empty.
     """
 
-    add_generation_prompt: "bool | None" = betterproto2.field(
-        2, betterproto2.TYPE_BOOL, optional=True
-    )
+    add_generation_prompt: "bool | None" = betterproto2.field(2, betterproto2.TYPE_BOOL, optional=True)
     """
     Whether to append the template's assistant prefix. Absent means true.
     """
@@ -389,24 +383,18 @@ class DetokenizeRequest(betterproto2.Message):
     Request for Detokenize.
     """
 
-    token_ids: "list[int]" = betterproto2.field(
-        1, betterproto2.TYPE_UINT32, repeated=True
-    )
+    token_ids: "list[int]" = betterproto2.field(1, betterproto2.TYPE_UINT32, repeated=True)
     """
     Ids to turn into text; each MUST be < ModelInfo.vocab_size.
     """
 
-    skip_special_tokens: "bool | None" = betterproto2.field(
-        2, betterproto2.TYPE_BOOL, optional=True
-    )
+    skip_special_tokens: "bool | None" = betterproto2.field(2, betterproto2.TYPE_BOOL, optional=True)
     """
     Omit special tokens. Absent means true.
     """
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "DetokenizeRequest", DetokenizeRequest
-)
+default_message_pool.register_message("lmrpc.v1", "DetokenizeRequest", DetokenizeRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -421,9 +409,7 @@ class DetokenizeResponse(betterproto2.Message):
     """
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "DetokenizeResponse", DetokenizeResponse
-)
+default_message_pool.register_message("lmrpc.v1", "DetokenizeResponse", DetokenizeResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -478,9 +464,7 @@ class EffectiveDefaults(betterproto2.Message):
     """
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "EffectiveDefaults", EffectiveDefaults
-)
+default_message_pool.register_message("lmrpc.v1", "EffectiveDefaults", EffectiveDefaults)
 
 
 @dataclass(eq=False, repr=False)
@@ -489,9 +473,7 @@ class Embedding(betterproto2.Message):
     One embedding vector.
     """
 
-    values: "list[float]" = betterproto2.field(
-        1, betterproto2.TYPE_FLOAT, repeated=True
-    )
+    values: "list[float]" = betterproto2.field(1, betterproto2.TYPE_FLOAT, repeated=True)
     """
     The vector, of EmbeddingModelInfo.dimensions floats, L2-normalized (EMBED-2).
     """
@@ -522,9 +504,7 @@ class EmbeddingModelInfo(betterproto2.Message):
     """
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "EmbeddingModelInfo", EmbeddingModelInfo
-)
+default_message_pool.register_message("lmrpc.v1", "EmbeddingModelInfo", EmbeddingModelInfo)
 
 
 @dataclass(eq=False, repr=False)
@@ -558,16 +538,12 @@ class EmbedResponse(betterproto2.Message):
     The request's id.
     """
 
-    embeddings: "list[Embedding]" = betterproto2.field(
-        2, betterproto2.TYPE_MESSAGE, repeated=True
-    )
+    embeddings: "list[Embedding]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
     """
     One embedding per input text, in input order.
     """
 
-    usage: "Usage | None" = betterproto2.field(
-        3, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    usage: "Usage | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
     """
     Token accounting: prompt_tokens is the total over all texts.
     """
@@ -585,9 +561,7 @@ class FlushCacheRequest(betterproto2.Message):
     pass
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "FlushCacheRequest", FlushCacheRequest
-)
+default_message_pool.register_message("lmrpc.v1", "FlushCacheRequest", FlushCacheRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -602,9 +576,7 @@ class FlushCacheResponse(betterproto2.Message):
     """
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "FlushCacheResponse", FlushCacheResponse
-)
+default_message_pool.register_message("lmrpc.v1", "FlushCacheResponse", FlushCacheResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -624,9 +596,7 @@ class GenerateRequest(betterproto2.Message):
     fails with ALREADY_EXISTS (REQ-3).
     """
 
-    text: "str | None" = betterproto2.field(
-        2, betterproto2.TYPE_STRING, optional=True, group="input"
-    )
+    text: "str | None" = betterproto2.field(2, betterproto2.TYPE_STRING, optional=True, group="input")
     """
     Raw prompt text, tokenized by the server without adding special tokens.
     """
@@ -638,30 +608,22 @@ class GenerateRequest(betterproto2.Message):
     Pre-tokenized prompt.
     """
 
-    chat: "ChatInput | None" = betterproto2.field(
-        4, betterproto2.TYPE_MESSAGE, optional=True, group="input"
-    )
+    chat: "ChatInput | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True, group="input")
     """
     A conversation rendered with the model's chat template.
     """
 
-    sampling: "SamplingParams | None" = betterproto2.field(
-        5, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    sampling: "SamplingParams | None" = betterproto2.field(5, betterproto2.TYPE_MESSAGE, optional=True)
     """
     How tokens are chosen. Absent means all defaults.
     """
 
-    stopping: "StoppingCriteria | None" = betterproto2.field(
-        6, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    stopping: "StoppingCriteria | None" = betterproto2.field(6, betterproto2.TYPE_MESSAGE, optional=True)
     """
     When outputs end. Absent means all defaults.
     """
 
-    response: "ResponseOptions | None" = betterproto2.field(
-        7, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    response: "ResponseOptions | None" = betterproto2.field(7, betterproto2.TYPE_MESSAGE, optional=True)
     """
     What each event carries and how events are delivered. Absent means all defaults.
     """
@@ -712,9 +674,7 @@ class GenerateResponse(betterproto2.Message):
     The request failed after it was accepted; terminal (ERR-2).
     """
 
-    usage: "Usage | None" = betterproto2.field(
-        6, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    usage: "Usage | None" = betterproto2.field(6, betterproto2.TYPE_MESSAGE, optional=True)
     """
     Token accounting, set on the last message of the stream and on no other (USAGE-1).
     """
@@ -741,9 +701,7 @@ class GetLoadResponse(betterproto2.Message):
     Response of GetLoad.
     """
 
-    load: "Load | None" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    load: "Load | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
     """
     The load.
     """
@@ -761,9 +719,7 @@ class GetModelInfoRequest(betterproto2.Message):
     pass
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "GetModelInfoRequest", GetModelInfoRequest
-)
+default_message_pool.register_message("lmrpc.v1", "GetModelInfoRequest", GetModelInfoRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -772,9 +728,7 @@ class GetModelInfoResponse(betterproto2.Message):
     Response of GetModelInfo.
     """
 
-    model: "ModelInfo | None" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    model: "ModelInfo | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
     """
     The generation model.
     """
@@ -787,9 +741,7 @@ class GetModelInfoResponse(betterproto2.Message):
     """
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "GetModelInfoResponse", GetModelInfoResponse
-)
+default_message_pool.register_message("lmrpc.v1", "GetModelInfoResponse", GetModelInfoResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -801,9 +753,7 @@ class GetServerInfoRequest(betterproto2.Message):
     pass
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "GetServerInfoRequest", GetServerInfoRequest
-)
+default_message_pool.register_message("lmrpc.v1", "GetServerInfoRequest", GetServerInfoRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -812,17 +762,13 @@ class GetServerInfoResponse(betterproto2.Message):
     Response of GetServerInfo.
     """
 
-    server: "ServerInfo | None" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    server: "ServerInfo | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
     """
     The server.
     """
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "GetServerInfoResponse", GetServerInfoResponse
-)
+default_message_pool.register_message("lmrpc.v1", "GetServerInfoResponse", GetServerInfoResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -896,23 +842,17 @@ class ModelInfo(betterproto2.Message):
     Prompt tokens plus generated tokens of one output never exceed this.
     """
 
-    eos_token_ids: "list[int]" = betterproto2.field(
-        5, betterproto2.TYPE_UINT32, repeated=True
-    )
+    eos_token_ids: "list[int]" = betterproto2.field(5, betterproto2.TYPE_UINT32, repeated=True)
     """
     Tokens that end an output with StopMatch.eos_token_id unless ignore_eos is set.
     """
 
-    bos_token_id: "int | None" = betterproto2.field(
-        6, betterproto2.TYPE_UINT32, optional=True
-    )
+    bos_token_id: "int | None" = betterproto2.field(6, betterproto2.TYPE_UINT32, optional=True)
     """
     Beginning-of-sequence token, when the model has one.
     """
 
-    defaults: "EffectiveDefaults | None" = betterproto2.field(
-        7, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    defaults: "EffectiveDefaults | None" = betterproto2.field(7, betterproto2.TYPE_MESSAGE, optional=True)
     """
     The value used for each option a request leaves absent (SAMPLE-1).
     """
@@ -932,9 +872,7 @@ class OutputFinished(betterproto2.Message):
     The end of one output. Exactly one per output, and nothing for that output follows (FINISH-1).
     """
 
-    output_index: "int | None" = betterproto2.field(
-        1, betterproto2.TYPE_UINT32, optional=True
-    )
+    output_index: "int | None" = betterproto2.field(1, betterproto2.TYPE_UINT32, optional=True)
     """
     Which output, in [0, n). Always present, also for 0 (STREAM-3).
     """
@@ -946,9 +884,7 @@ class OutputFinished(betterproto2.Message):
     Why it ended. Never FINISH_REASON_UNSPECIFIED (FINISH-4).
     """
 
-    stop: "StopMatch | None" = betterproto2.field(
-        3, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    stop: "StopMatch | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
     """
     The matched condition; set if and only if reason is FINISH_REASON_STOP (FINISH-5).
     """
@@ -971,9 +907,7 @@ class PauseGenerationRequest(betterproto2.Message):
     pass
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "PauseGenerationRequest", PauseGenerationRequest
-)
+default_message_pool.register_message("lmrpc.v1", "PauseGenerationRequest", PauseGenerationRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -985,9 +919,7 @@ class PauseGenerationResponse(betterproto2.Message):
     pass
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "PauseGenerationResponse", PauseGenerationResponse
-)
+default_message_pool.register_message("lmrpc.v1", "PauseGenerationResponse", PauseGenerationResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1001,9 +933,7 @@ class PromptInfo(betterproto2.Message):
     Number of prompt tokens after tokenization or templating.
     """
 
-    prompt_token_ids: "list[int]" = betterproto2.field(
-        2, betterproto2.TYPE_UINT32, repeated=True
-    )
+    prompt_token_ids: "list[int]" = betterproto2.field(2, betterproto2.TYPE_UINT32, repeated=True)
     """
     The prompt's token ids, when ResponseOptions.return_prompt_token_ids was set.
     """
@@ -1068,16 +998,12 @@ class ResponseOptions(betterproto2.Message):
     What the response events carry.
     """
 
-    return_text: "bool | None" = betterproto2.field(
-        1, betterproto2.TYPE_BOOL, optional=True
-    )
+    return_text: "bool | None" = betterproto2.field(1, betterproto2.TYPE_BOOL, optional=True)
     """
     Send TokenDelta.text. Absent means true.
     """
 
-    return_token_ids: "bool | None" = betterproto2.field(
-        2, betterproto2.TYPE_BOOL, optional=True
-    )
+    return_token_ids: "bool | None" = betterproto2.field(2, betterproto2.TYPE_BOOL, optional=True)
     """
     Send TokenDelta.token_ids. Absent means true. return_text and return_token_ids MUST NOT both be false.
     """
@@ -1092,9 +1018,7 @@ class ResponseOptions(betterproto2.Message):
     Number of top candidates per token in TokenLogprob.top, in [0, Capabilities.max_top_logprobs].
     """
 
-    skip_special_tokens: "bool | None" = betterproto2.field(
-        5, betterproto2.TYPE_BOOL, optional=True
-    )
+    skip_special_tokens: "bool | None" = betterproto2.field(5, betterproto2.TYPE_BOOL, optional=True)
     """
     Omit special tokens (such as EOS) from text. Absent means true.
     """
@@ -1123,9 +1047,7 @@ class ResumeGenerationRequest(betterproto2.Message):
     pass
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "ResumeGenerationRequest", ResumeGenerationRequest
-)
+default_message_pool.register_message("lmrpc.v1", "ResumeGenerationRequest", ResumeGenerationRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -1137,9 +1059,7 @@ class ResumeGenerationResponse(betterproto2.Message):
     pass
 
 
-default_message_pool.register_message(
-    "lmrpc.v1", "ResumeGenerationResponse", ResumeGenerationResponse
-)
+default_message_pool.register_message("lmrpc.v1", "ResumeGenerationResponse", ResumeGenerationResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1149,16 +1069,12 @@ class SamplingParams(betterproto2.Message):
     ModelInfo.default_sampling, present means exactly the value sent (SAMPLE-1).
     """
 
-    temperature: "float | None" = betterproto2.field(
-        1, betterproto2.TYPE_FLOAT, optional=True
-    )
+    temperature: "float | None" = betterproto2.field(1, betterproto2.TYPE_FLOAT, optional=True)
     """
     Softmax temperature, >= 0. 0 means greedy decoding.
     """
 
-    top_p: "float | None" = betterproto2.field(
-        2, betterproto2.TYPE_FLOAT, optional=True
-    )
+    top_p: "float | None" = betterproto2.field(2, betterproto2.TYPE_FLOAT, optional=True)
     """
     Nucleus sampling mass, in (0, 1]. 1 disables it.
     """
@@ -1168,30 +1084,22 @@ class SamplingParams(betterproto2.Message):
     Keep only the k most likely tokens. 0 disables it.
     """
 
-    min_p: "float | None" = betterproto2.field(
-        4, betterproto2.TYPE_FLOAT, optional=True
-    )
+    min_p: "float | None" = betterproto2.field(4, betterproto2.TYPE_FLOAT, optional=True)
     """
     Drop tokens whose probability is below min_p times the top token's, in [0, 1]. 0 disables it.
     """
 
-    frequency_penalty: "float | None" = betterproto2.field(
-        5, betterproto2.TYPE_FLOAT, optional=True
-    )
+    frequency_penalty: "float | None" = betterproto2.field(5, betterproto2.TYPE_FLOAT, optional=True)
     """
     Subtracted from a token's logit once per previous occurrence in the output, in [-2, 2].
     """
 
-    presence_penalty: "float | None" = betterproto2.field(
-        6, betterproto2.TYPE_FLOAT, optional=True
-    )
+    presence_penalty: "float | None" = betterproto2.field(6, betterproto2.TYPE_FLOAT, optional=True)
     """
     Subtracted from a token's logit if it occurred in the output, in [-2, 2].
     """
 
-    repetition_penalty: "float | None" = betterproto2.field(
-        7, betterproto2.TYPE_FLOAT, optional=True
-    )
+    repetition_penalty: "float | None" = betterproto2.field(7, betterproto2.TYPE_FLOAT, optional=True)
     """
     Divides positive logits (multiplies negative ones) of tokens seen in prompt or output, in (0, 10].
     1 disables it.
@@ -1233,9 +1141,7 @@ class ServerInfo(betterproto2.Message):
     The revision of docs/contract.md this server implements (this file: 1).
     """
 
-    capabilities: "Capabilities | None" = betterproto2.field(
-        4, betterproto2.TYPE_MESSAGE, optional=True
-    )
+    capabilities: "Capabilities | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
     """
     What the server supports. Options outside it fail with UNIMPLEMENTED (CAP-1).
     """
@@ -1258,23 +1164,17 @@ class StopMatch(betterproto2.Message):
         - kind: Which condition matched.
     """
 
-    eos_token_id: "int | None" = betterproto2.field(
-        1, betterproto2.TYPE_UINT32, optional=True, group="kind"
-    )
+    eos_token_id: "int | None" = betterproto2.field(1, betterproto2.TYPE_UINT32, optional=True, group="kind")
     """
     One of the model's end-of-sequence tokens (ModelInfo.eos_token_ids).
     """
 
-    stop_token_id: "int | None" = betterproto2.field(
-        2, betterproto2.TYPE_UINT32, optional=True, group="kind"
-    )
+    stop_token_id: "int | None" = betterproto2.field(2, betterproto2.TYPE_UINT32, optional=True, group="kind")
     """
     One of the request's StoppingCriteria.stop_token_ids.
     """
 
-    stop_string: "str | None" = betterproto2.field(
-        3, betterproto2.TYPE_STRING, optional=True, group="kind"
-    )
+    stop_string: "str | None" = betterproto2.field(3, betterproto2.TYPE_STRING, optional=True, group="kind")
     """
     One of the request's StoppingCriteria.stop_strings, exactly as given in the request.
     """
@@ -1289,30 +1189,22 @@ class StoppingCriteria(betterproto2.Message):
     When an output stops.
     """
 
-    max_tokens: "int | None" = betterproto2.field(
-        1, betterproto2.TYPE_UINT32, optional=True
-    )
+    max_tokens: "int | None" = betterproto2.field(1, betterproto2.TYPE_UINT32, optional=True)
     """
     Maximum tokens generated per output, >= 1. prompt + max_tokens MUST fit the context window.
     """
 
-    min_tokens: "int | None" = betterproto2.field(
-        2, betterproto2.TYPE_UINT32, optional=True
-    )
+    min_tokens: "int | None" = betterproto2.field(2, betterproto2.TYPE_UINT32, optional=True)
     """
     Stop conditions are ignored until this many tokens were generated; <= max_tokens.
     """
 
-    stop_strings: "list[str]" = betterproto2.field(
-        3, betterproto2.TYPE_STRING, repeated=True
-    )
+    stop_strings: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
     """
     Strings that end an output when they appear in its text. Each MUST be non-empty.
     """
 
-    stop_token_ids: "list[int]" = betterproto2.field(
-        4, betterproto2.TYPE_UINT32, repeated=True
-    )
+    stop_token_ids: "list[int]" = betterproto2.field(4, betterproto2.TYPE_UINT32, repeated=True)
     """
     Token ids that end an output when generated.
     """
@@ -1324,8 +1216,9 @@ class StoppingCriteria(betterproto2.Message):
 
     include_stop_in_output: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
     """
-    Keep the matched stop string or stop token in the output text and token ids.
-    Absent or false: the stop string's text is removed and never streamed (STOP-1).
+    Keep the text of the matched stop string or stop token in the output text. When false the
+    matched text is never streamed (STOP-1). Token ids are never removed: the deltas always carry
+    every generated token, the stop token included (USAGE-5).
     """
 
 
@@ -1345,7 +1238,7 @@ class TokenCandidate(betterproto2.Message):
 
     logprob: "float" = betterproto2.field(2, betterproto2.TYPE_FLOAT)
     """
-    Its natural-log probability.
+    Its natural-log probability, as TokenLogprob.logprob.
     """
 
 
@@ -1358,16 +1251,12 @@ class TokenDelta(betterproto2.Message):
     Newly generated tokens of one output: never a repeat of earlier tokens (STREAM-2).
     """
 
-    output_index: "int | None" = betterproto2.field(
-        1, betterproto2.TYPE_UINT32, optional=True
-    )
+    output_index: "int | None" = betterproto2.field(1, betterproto2.TYPE_UINT32, optional=True)
     """
     Which output, in [0, n). Always present, also for 0 (STREAM-3).
     """
 
-    token_ids: "list[int]" = betterproto2.field(
-        2, betterproto2.TYPE_UINT32, repeated=True
-    )
+    token_ids: "list[int]" = betterproto2.field(2, betterproto2.TYPE_UINT32, repeated=True)
     """
     The new token ids, in order (empty when return_token_ids is false).
     """
@@ -1378,9 +1267,7 @@ class TokenDelta(betterproto2.Message):
     May be empty while text is held back (an incomplete character or a possible stop string).
     """
 
-    logprobs: "list[TokenLogprob]" = betterproto2.field(
-        4, betterproto2.TYPE_MESSAGE, repeated=True
-    )
+    logprobs: "list[TokenLogprob]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
     """
     One entry per new token, when ResponseOptions.return_logprobs is set (STREAM-7).
     """
@@ -1413,16 +1300,12 @@ class TokenizeRequest(betterproto2.Message):
         - input: What to tokenize. Exactly one member MUST be set.
     """
 
-    text: "str | None" = betterproto2.field(
-        1, betterproto2.TYPE_STRING, optional=True, group="input"
-    )
+    text: "str | None" = betterproto2.field(1, betterproto2.TYPE_STRING, optional=True, group="input")
     """
     Raw text, tokenized as GenerateRequest.text is.
     """
 
-    chat: "ChatInput | None" = betterproto2.field(
-        2, betterproto2.TYPE_MESSAGE, optional=True, group="input"
-    )
+    chat: "ChatInput | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True, group="input")
     """
     A conversation, rendered and tokenized as GenerateRequest.chat is.
     """
@@ -1437,9 +1320,7 @@ class TokenizeResponse(betterproto2.Message):
     Response of Tokenize.
     """
 
-    token_ids: "list[int]" = betterproto2.field(
-        1, betterproto2.TYPE_UINT32, repeated=True
-    )
+    token_ids: "list[int]" = betterproto2.field(1, betterproto2.TYPE_UINT32, repeated=True)
     """
     The token ids, exactly the prompt Generate would see for the same input (TOK-1).
     """
@@ -1461,7 +1342,8 @@ class TokenLogprob(betterproto2.Message):
 
     logprob: "float" = betterproto2.field(2, betterproto2.TYPE_FLOAT)
     """
-    Its natural-log probability under the distribution it was sampled from.
+    Its natural-log probability under the model: log-softmax of the raw logits, before penalties,
+    temperature and truncation are applied.
     """
 
     rank: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
@@ -1469,9 +1351,7 @@ class TokenLogprob(betterproto2.Message):
     Its 1-based rank in that distribution.
     """
 
-    top: "list[TokenCandidate]" = betterproto2.field(
-        4, betterproto2.TYPE_MESSAGE, repeated=True
-    )
+    top: "list[TokenCandidate]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
     """
     The most likely candidates, best first, ResponseOptions.top_logprobs of them.
     """
@@ -1778,18 +1658,14 @@ class ControlServiceBase(betterproto2_grpclib.ServiceBase):
     Discovery, load, abort, tokenization and administration.
     """
 
-    async def get_server_info(
-        self, message: "GetServerInfoRequest"
-    ) -> "GetServerInfoResponse":
+    async def get_server_info(self, message: "GetServerInfoRequest") -> "GetServerInfoResponse":
         """
         What the server is and which options it supports.
         """
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
-    async def get_model_info(
-        self, message: "GetModelInfoRequest"
-    ) -> "GetModelInfoResponse":
+    async def get_model_info(self, message: "GetModelInfoRequest") -> "GetModelInfoResponse":
         """
         The served model: vocabulary, context window, effective defaults.
         """
@@ -1831,18 +1707,14 @@ class ControlServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
-    async def pause_generation(
-        self, message: "PauseGenerationRequest"
-    ) -> "PauseGenerationResponse":
+    async def pause_generation(self, message: "PauseGenerationRequest") -> "PauseGenerationResponse":
         """
         Administrative: stops making progress on any request; new requests are accepted and wait.
         """
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
-    async def resume_generation(
-        self, message: "ResumeGenerationRequest"
-    ) -> "ResumeGenerationResponse":
+    async def resume_generation(self, message: "ResumeGenerationRequest") -> "ResumeGenerationResponse":
         """
         Administrative: undoes PauseGeneration.
         """
@@ -1850,8 +1722,7 @@ class ControlServiceBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def __rpc_get_server_info(
-        self,
-        stream: "grpclib.server.Stream[GetServerInfoRequest, GetServerInfoResponse]",
+        self, stream: "grpclib.server.Stream[GetServerInfoRequest, GetServerInfoResponse]"
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -1866,17 +1737,13 @@ class ControlServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.get_model_info(request)
         await stream.send_message(response)
 
-    async def __rpc_get_load(
-        self, stream: "grpclib.server.Stream[GetLoadRequest, GetLoadResponse]"
-    ) -> None:
+    async def __rpc_get_load(self, stream: "grpclib.server.Stream[GetLoadRequest, GetLoadResponse]") -> None:
         request = await stream.recv_message()
         assert request is not None
         response = await self.get_load(request)
         await stream.send_message(response)
 
-    async def __rpc_abort(
-        self, stream: "grpclib.server.Stream[AbortRequest, AbortResponse]"
-    ) -> None:
+    async def __rpc_abort(self, stream: "grpclib.server.Stream[AbortRequest, AbortResponse]") -> None:
         request = await stream.recv_message()
         assert request is not None
         response = await self.abort(request)
@@ -1907,8 +1774,7 @@ class ControlServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_pause_generation(
-        self,
-        stream: "grpclib.server.Stream[PauseGenerationRequest, PauseGenerationResponse]",
+        self, stream: "grpclib.server.Stream[PauseGenerationRequest, PauseGenerationResponse]"
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -1916,8 +1782,7 @@ class ControlServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_resume_generation(
-        self,
-        stream: "grpclib.server.Stream[ResumeGenerationRequest, ResumeGenerationResponse]",
+        self, stream: "grpclib.server.Stream[ResumeGenerationRequest, ResumeGenerationResponse]"
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -1989,9 +1854,7 @@ class InferenceServiceBase(betterproto2_grpclib.ServiceBase):
     docs/contract.md; the clause IDs quoted in comments here refer to that document.
     """
 
-    async def generate(
-        self, message: "GenerateRequest"
-    ) -> "AsyncIterator[GenerateResponse]":
+    async def generate(self, message: "GenerateRequest") -> "AsyncIterator[GenerateResponse]":
         """
         Generates one or more outputs for one prompt and streams them as events.
         Bad input fails the call with a non-OK status and no messages (ERR-1). Once the first
@@ -2020,9 +1883,7 @@ class InferenceServiceBase(betterproto2_grpclib.ServiceBase):
             request,
         )
 
-    async def __rpc_embed(
-        self, stream: "grpclib.server.Stream[EmbedRequest, EmbedResponse]"
-    ) -> None:
+    async def __rpc_embed(self, stream: "grpclib.server.Stream[EmbedRequest, EmbedResponse]") -> None:
         request = await stream.recv_message()
         assert request is not None
         response = await self.embed(request)
