@@ -203,8 +203,8 @@ class LmrpcClient:
 
     async def load(self) -> Load:
         response = await self.control.get_load(GetLoadRequest())
-        assert response.load is not None
-        return response.load
+        assert response.current is not None
+        return response.current
 
     async def tokenize(self, text: str) -> list[int]:
         return list((await self.control.tokenize(TokenizeRequest(text=text))).token_ids)

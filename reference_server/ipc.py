@@ -187,7 +187,7 @@ class OutputBatch(msgspec.Struct, frozen=True, tag="output_batch"):
     events: list[OutputEvent]
 
 
-# ── scheduler → frontend ────────────────────────────────────────────────────────────────────
+# ── scheduler (and detokenizer) → frontend ────────────────────────────────────────────────────────────────────
 
 
 class EngineInfo(msgspec.Struct, frozen=True):
@@ -209,7 +209,10 @@ class EngineInfo(msgspec.Struct, frozen=True):
 
 
 class Ready(msgspec.Struct, frozen=True, tag="ready"):
-    engine: EngineInfo
+    """A worker finished starting. The scheduler's carries what its engine serves."""
+
+    process: str  # "scheduler" or "detokenizer"
+    engine: EngineInfo | None = None
 
 
 class EngineLoad(msgspec.Struct, frozen=True):

@@ -701,9 +701,9 @@ class GetLoadResponse(betterproto2.Message):
     Response of GetLoad.
     """
 
-    load: "Load | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    current: "Load | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
     """
-    The load.
+    The load now. (Not named "load": that name is taken by a method of generated Python messages.)
     """
 
 

@@ -1,0 +1,3 @@
+from reference_server.cli import main
+
+main()

@@ -1,0 +1,97 @@
+"""Configuration of the reference server: one frozen dataclass per concern, validated on creation."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+EngineKind = Literal["model", "fake"]
+
+
+@dataclass(frozen=True, slots=True)
+class IpcAddresses:
+    """ZMQ endpoints of one server launch; unique per launch so two servers never share one."""
+
+    folder: str
+
+    @classmethod
+    def create(cls) -> IpcAddresses:
+        folder = Path(tempfile.gettempdir()) / f"lmrpc-{os.getpid()}-{secrets.token_hex(4)}"
+        folder.mkdir(mode=0o700)
+        return cls(str(folder))
+
+    @property
+    def scheduler(self) -> str:
+        return f"ipc://{self.folder}/scheduler.sock"
+
+    @property
+    def detokenizer(self) -> str:
+        return f"ipc://{self.folder}/detokenizer.sock"
+
+    @property
+    def frontend(self) -> str:
+        return f"ipc://{self.folder}/frontend.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the server accepts; advertised through Capabilities and ModelInfo.defaults."""
+
+    max_outputs: int = 16
+    max_top_logprobs: int = 20
+    max_stop_strings: int = 16
+    default_max_tokens: int = 256
+    default_temperature: float = 1.0
+    max_waiting_requests: int = 4096
+    abort_grace_s: float = 5.0  # how long an Abort for a not-yet-seen id is remembered
+
+    def __post_init__(self) -> None:
+        for name in ("max_outputs", "max_stop_strings", "default_max_tokens", "max_waiting_requests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.max_top_logprobs < 0:
+            raise ValueError(f"max_top_logprobs={self.max_top_logprobs} must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """Options of the scheduler process's engine."""
+
+    kind: EngineKind = "model"
+    model_path: str | None = None  # None: the embedded default model
+    fake_token_delay_s: float = 0.0
+    device: str = "auto"
+    dtype: str = "auto"
+    kv_tokens: int | None = None  # None: the engine's default
+    max_running_sequences: int | None = None
+    max_batch_tokens: int | None = None
+    attention_backend: str = "auto"
+    embedding: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("model", "fake"):
+            raise ValueError(f"engine={self.kind!r} must be 'model' or 'fake'")
+        if self.fake_token_delay_s < 0:
+            raise ValueError(f"fake_token_delay_s={self.fake_token_delay_s} must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 50051  # 0: pick a free port (see ready_file)
+    engine: EngineOptions = field(default_factory=EngineOptions)
+    limits: Limits = field(default_factory=Limits)
+    startup_timeout_s: float = 300.0
+    drain_timeout_s: float = 30.0
+    ready_file: str | None = None  # written with the bound port once the server is serving
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port={self.port} must be in [0, 65535]")
+        if self.startup_timeout_s <= 0 or self.drain_timeout_s < 0:
+            raise ValueError("startup_timeout_s must be > 0 and drain_timeout_s >= 0")

@@ -1,0 +1,82 @@
+"""The detokenizer process: token ids in, UTF-8-safe text deltas and stop-string finishes out."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+
+import zmq
+
+from reference_server import ipc
+from reference_server.config import IpcAddresses, ServerConfig
+from reference_server.detokenizer.incremental import DecodeTable
+from reference_server.detokenizer.state import RequestText
+from reference_server.models.source import resolve_model
+from reference_server.models.tokenizer import load_tokenizer
+from reference_server.worker_io import pull_socket, push_socket, setup_worker
+
+log = logging.getLogger("lmrpc.detokenizer")
+
+
+def run_detokenizer(config: ServerConfig, addresses: IpcAddresses) -> None:
+    """Process entry point."""
+    setup_worker("lmrpc-detokenizer", config.log_level)
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    inbox = pull_socket(context, addresses.detokenizer)
+    to_frontend = push_socket(context, addresses.frontend)
+    to_scheduler = push_socket(context, addresses.scheduler)
+    try:
+        tokenizer = load_tokenizer(resolve_model(config.engine.model_path))
+        table = DecodeTable.build(tokenizer.tokenizer, tokenizer.vocab_size)
+        to_frontend.send(ipc.encode(ipc.Ready("detokenizer")))
+        DetokenizerLoop(table, inbox, to_frontend, to_scheduler).run()
+    except Exception as exc:
+        log.error("detokenizer failed:\n%s", traceback.format_exc())
+        to_frontend.send(ipc.encode(ipc.WorkerFailed("detokenizer", f"{type(exc).__name__}: {exc}")))
+        context.destroy(linger=1000)
+        sys.exit(1)
+    context.destroy(linger=1000)
+
+
+class DetokenizerLoop:
+    def __init__(
+        self,
+        table: DecodeTable,
+        inbox: zmq.Socket[bytes],
+        to_frontend: zmq.Socket[bytes],
+        to_scheduler: zmq.Socket[bytes],
+    ) -> None:
+        self.table = table
+        self.inbox = inbox
+        self.to_frontend = to_frontend
+        self.to_scheduler = to_scheduler
+        self.requests: dict[str, RequestText] = {}
+
+    def run(self) -> None:
+        while True:
+            message = ipc.detokenizer_decoder.decode(self.inbox.recv())
+            if isinstance(message, ipc.Shutdown):
+                return
+            if isinstance(message, ipc.RegisterRequest):
+                self.requests[message.rid] = RequestText.create(
+                    self.table, message.rid, message.num_outputs, message.detokenize
+                )
+            else:
+                self._process(message.outputs)
+
+    def _process(self, outputs: list[ipc.SequenceOutput]) -> None:
+        events = []
+        for step in outputs:
+            request = self.requests.get(step.rid)
+            if request is None:
+                continue  # the request already ended (e.g. a stop string matched)
+            event, stop_engine = request.process(step)
+            if event is not None:
+                events.append(event)
+            if stop_engine:
+                self.to_scheduler.send(ipc.encode(ipc.FinishOutput(step.rid, step.output_index)))
+            if request.done:
+                del self.requests[step.rid]
+        if events:
+            self.to_frontend.send(ipc.encode(ipc.OutputBatch(events)))

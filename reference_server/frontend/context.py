@@ -1,0 +1,144 @@
+"""State shared by the frontend's services: lifecycle phase, health, engine facts, tokenizer."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from dataclasses import dataclass, field
+
+from grpclib import GRPCError, Status
+from grpclib.health.check import ServiceStatus
+
+from reference_server.config import ServerConfig
+from reference_server.frontend.engine_link import EngineLink
+from reference_server.frontend.requests import RequestTable
+from reference_server.ipc import EngineInfo
+from reference_server.models.tokenizer import TokenizerBundle
+from lmrpc import CONTRACT_REVISION
+from lmrpc.v1 import Capabilities, EffectiveDefaults, EmbeddingModelInfo, ModelInfo, ServerInfo
+
+SERVER_NAME = "lmrpc-reference"
+
+
+class Phase(enum.Enum):
+    STARTING = "starting"
+    SERVING = "serving"
+    DRAINING = "draining"
+    FAILED = "failed"  # a worker process died or reported an unrecoverable error
+
+
+@dataclass
+class Engine:
+    """What the workers reported once ready."""
+
+    info: EngineInfo
+    tokenizer: TokenizerBundle
+    capabilities: Capabilities
+
+
+@dataclass
+class FrontendContext:
+    config: ServerConfig
+    table: RequestTable
+    link: EngineLink
+    health: ServiceStatus = field(default_factory=ServiceStatus)
+    phase: Phase = Phase.STARTING
+    engine: Engine | None = None
+    failure: str | None = None
+    started_at: float = field(default_factory=time.monotonic)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set when no request is in flight
+
+    def __post_init__(self) -> None:
+        self.health.set(False)
+        self.idle.set()
+
+    def set_phase(self, phase: Phase) -> None:
+        if self.phase is Phase.FAILED:
+            return
+        self.phase = phase
+        self.health.set(phase is Phase.SERVING)
+
+    def serving_engine(self) -> Engine:
+        """The engine, if the server accepts requests now; UNAVAILABLE otherwise (ERR-1)."""
+        if self.phase is Phase.SERVING and self.engine is not None:
+            return self.engine
+        reason = {
+            Phase.STARTING: "the server is starting",
+            Phase.DRAINING: "the server is shutting down",
+            Phase.FAILED: f"the server has failed: {self.failure}",
+        }.get(self.phase, "the server is not ready")
+        raise GRPCError(Status.UNAVAILABLE, reason)
+
+    def ready_engine(self) -> Engine:
+        """The engine for read-only RPCs, which keep working while draining."""
+        if self.engine is None or self.phase is Phase.FAILED:
+            return self.serving_engine()
+        return self.engine
+
+    def server_info(self) -> ServerInfo:
+        from lmrpc import __version__
+
+        return ServerInfo(
+            server_name=SERVER_NAME,
+            server_version=__version__,
+            contract_revision=CONTRACT_REVISION,
+            capabilities=self.engine.capabilities if self.engine else Capabilities(),
+            uptime_seconds=time.monotonic() - self.started_at,
+        )
+
+
+def capabilities_for(info: EngineInfo, tokenizer: TokenizerBundle, config: ServerConfig) -> Capabilities:
+    limits = config.limits
+    return Capabilities(
+        text_input=True,
+        token_ids_input=True,
+        chat_input=tokenizer.chat_template is not None,
+        max_outputs=limits.max_outputs,
+        truncation_sampling=True,
+        penalties=True,
+        seeded_sampling=True,
+        deterministic_greedy=info.deterministic_greedy,
+        stop_strings=True,
+        stop_token_ids=True,
+        logprobs=True,
+        max_top_logprobs=limits.max_top_logprobs,
+        prefix_cache=info.prefix_cache,
+        embed=info.embedding_model_id is not None,
+        tokenize=True,
+        admin=True,
+        final_only=True,
+        max_stop_strings=limits.max_stop_strings,
+    )
+
+
+def model_info_for(engine: Engine, config: ServerConfig) -> tuple[ModelInfo, EmbeddingModelInfo | None]:
+    info, limits = engine.info, config.limits
+    model = ModelInfo(
+        model_id=info.model_id,
+        architecture=info.architecture,
+        vocab_size=info.vocab_size,
+        max_context_tokens=info.max_context_tokens,
+        eos_token_ids=list(info.eos_token_ids),
+        bos_token_id=info.bos_token_id,
+        defaults=EffectiveDefaults(
+            temperature=limits.default_temperature,
+            top_p=1.0,
+            top_k=0,
+            min_p=0.0,
+            frequency_penalty=0.0,
+            presence_penalty=0.0,
+            repetition_penalty=1.0,
+            n=1,
+            max_tokens=min(limits.default_max_tokens, info.max_context_tokens - 1),
+        ),
+        has_chat_template=engine.tokenizer.chat_template is not None,
+    )
+    embedding = None
+    if info.embedding_model_id is not None:
+        embedding = EmbeddingModelInfo(
+            model_id=info.embedding_model_id,
+            dimensions=info.embedding_dimensions,
+            max_input_tokens=info.embedding_max_tokens,
+        )
+    return model, embedding

@@ -1,0 +1,136 @@
+"""The frontend's side of the ZMQ pipeline: sends to the scheduler, receives from both workers.
+
+Replies to queries (load, flush, pause, embed) are matched to their asyncio futures by query id.
+Output batches are dispatched to the request table. If a worker reports a failure, or dies,
+``on_failure`` is called once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from reference_server import ipc
+from reference_server.config import IpcAddresses
+from reference_server.frontend.requests import RequestTable
+
+log = logging.getLogger("lmrpc.frontend")
+
+Reply = ipc.LoadReply | ipc.FlushReply | ipc.PausedReply | ipc.EmbedReply
+
+
+class WorkerUnavailableError(Exception):
+    pass
+
+
+class EngineLink:
+    def __init__(self, addresses: IpcAddresses, table: RequestTable) -> None:
+        self._context = zmq.asyncio.Context()
+        self._inbox = self._context.socket(zmq.PULL)
+        self._inbox.bind(addresses.frontend)
+        self._to_scheduler = self._context.socket(zmq.PUSH)
+        self._to_scheduler.connect(addresses.scheduler)
+        self._table = table
+        self._queries: dict[int, asyncio.Future[Reply]] = {}
+        self._query_ids = itertools.count(1)
+        self._ready: dict[str, ipc.Ready] = {}
+        self._ready_event = asyncio.Event()
+        self._receiver: asyncio.Task[None] | None = None
+        self.failure: str | None = None
+        self.on_failure: Callable[[str], None] = lambda message: None
+
+    # ── lifecycle ───────────────────────────────────────────────────────────────────────────
+
+    def start(self) -> None:
+        self._receiver = asyncio.get_running_loop().create_task(self._receive_loop(), name="lmrpc-engine-link")
+
+    async def wait_ready(self, workers: tuple[str, ...]) -> ipc.EngineInfo:
+        """Wait until every worker said Ready; raise WorkerUnavailableError if one failed first."""
+        while not all(w in self._ready for w in workers):
+            if self.failure is not None:
+                raise WorkerUnavailableError(self.failure)
+            self._ready_event.clear()
+            await self._ready_event.wait()
+        if self.failure is not None:
+            raise WorkerUnavailableError(self.failure)
+        engine = self._ready["scheduler"].engine
+        assert engine is not None
+        return engine
+
+    def fail(self, message: str) -> None:
+        """A worker failed or died: fail every pending query and notify once."""
+        if self.failure is not None:
+            return
+        self.failure = message
+        self._ready_event.set()
+        for future in self._queries.values():
+            if not future.done():
+                future.set_exception(WorkerUnavailableError(message))
+        self._queries.clear()
+        self.on_failure(message)
+
+    def close(self) -> None:
+        if self._receiver is not None:
+            self._receiver.cancel()
+        self._context.destroy(linger=0)
+
+    # ── sending ─────────────────────────────────────────────────────────────────────────────
+
+    def send(self, message: msgspec.Struct) -> None:
+        """Queue a message for the scheduler (never blocks the event loop)."""
+        if self.failure is None:
+            self._to_scheduler.send(ipc.encode(message), zmq.NOBLOCK)
+
+    def submit(self, request: ipc.SubmitRequest) -> None:
+        self.send(request)
+
+    def abort(self, rids: list[str]) -> None:
+        if rids:
+            self.send(ipc.AbortRequests(rids))
+
+    def shutdown_workers(self) -> None:
+        self.send(ipc.Shutdown())
+
+    async def query(self, make: Callable[[int], msgspec.Struct], timeout_s: float = 30.0) -> Reply:
+        if self.failure is not None:
+            raise WorkerUnavailableError(self.failure)
+        query_id = next(self._query_ids)
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._queries[query_id] = future
+        try:
+            self.send(make(query_id))
+            return await asyncio.wait_for(future, timeout_s)
+        finally:
+            self._queries.pop(query_id, None)
+
+    # ── receiving ───────────────────────────────────────────────────────────────────────────
+
+    async def _receive_loop(self) -> None:
+        while True:
+            frame = await self._inbox.recv()
+            try:
+                message = ipc.frontend_decoder.decode(frame)
+            except msgspec.DecodeError:
+                log.exception("undecodable message from a worker")
+                continue
+            self._handle(message)
+
+    def _handle(self, message: ipc.FRONTEND_INBOX) -> None:
+        if isinstance(message, ipc.OutputBatch):
+            self._table.dispatch(message.events)
+        elif isinstance(message, ipc.Ready):
+            self._ready[message.process] = message
+            self._ready_event.set()
+        elif isinstance(message, ipc.WorkerFailed):
+            log.error("%s failed: %s", message.process, message.message)
+            self.fail(f"{message.process} failed: {message.message}")
+        else:
+            future = self._queries.pop(message.query_id, None)
+            if future is not None and not future.done():
+                future.set_result(message)

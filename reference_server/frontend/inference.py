@@ -1,0 +1,156 @@
+"""lmrpc.v1.InferenceService: Generate and Embed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpclib.server
+from grpclib import GRPCError, Status
+
+from reference_server import ipc
+from reference_server.frontend.context import Engine, FrontendContext
+from reference_server.frontend.engine_link import WorkerUnavailableError
+from reference_server.frontend.requests import DuplicateRequestError, RequestState
+from reference_server.frontend.streaming import StreamAssembler
+from reference_server.frontend.validation import GeneratePlan, invalid, plan_generate, stopping_for_prompt
+from lmrpc.v1 import (
+    EmbedRequest,
+    EmbedResponse,
+    Embedding,
+    GenerateRequest,
+    GenerateResponse,
+    InferenceServiceBase,
+    PromptInfo,
+    Usage,
+)
+
+
+class InferenceService(InferenceServiceBase):
+    def __init__(self, context: FrontendContext) -> None:
+        self.ctx = context
+
+    async def _call_rpc_handler_server_stream(
+        self, handler: Callable[..., Any], stream: grpclib.server.Stream[Any, Any], request: Any
+    ) -> None:
+        # Close the handler's generator as soon as the call is cancelled (its finally-block aborts
+        # the engine request), and yield to the loop after every message so one fast stream
+        # cannot starve other calls, health checks and cancellations.
+        async with contextlib.aclosing(handler(request)) as responses:
+            async for response in responses:
+                await stream.send_message(response)
+                await asyncio.sleep(0)
+
+    async def generate(self, message: GenerateRequest) -> AsyncIterator[GenerateResponse]:
+        engine = self.ctx.serving_engine()
+        plan = plan_generate(message, engine.capabilities, self.ctx.config.limits, engine.info)
+        table = self.ctx.table
+        if len(table) >= self.ctx.config.limits.max_waiting_requests:
+            raise GRPCError(Status.RESOURCE_EXHAUSTED, "too many requests in flight; retry later")
+        request_id = plan.request_id or table.new_request_id()
+        try:
+            state = table.register(request_id, plan.num_outputs)
+        except DuplicateRequestError:
+            raise GRPCError(
+                Status.ALREADY_EXISTS, f"request_id={request_id!r} is already in flight"
+            ) from None
+        self.ctx.idle.clear()
+        try:
+            async for response in self._run(message, plan, state, engine):
+                yield response
+        finally:
+            if state.submitted and not state.complete:
+                self.ctx.link.abort([state.rid])  # client cancel or deadline (CANCEL-1, CANCEL-2)
+            table.unregister(state)
+            if not len(table):
+                self.ctx.idle.set()
+
+    async def _run(
+        self, message: GenerateRequest, plan: GeneratePlan, state: RequestState, engine: Engine
+    ) -> AsyncIterator[GenerateResponse]:
+        prompt_ids = await asyncio.to_thread(_tokenize, message, plan, engine)
+        stopping = stopping_for_prompt(plan, prompt_ids, self.ctx.config.limits, engine.info)
+        stream = StreamAssembler(
+            request_id=state.request_id,
+            num_outputs=plan.num_outputs,
+            prompt_tokens=len(prompt_ids),
+            return_token_ids=plan.return_token_ids,
+            return_logprobs=plan.top_logprobs is not None,
+            final_only=plan.final_only,
+        )
+        yield GenerateResponse(  # accepted: from here on, failures travel in-stream (ERR-2)
+            request_id=state.request_id,
+            prompt_info=PromptInfo(
+                prompt_tokens=len(prompt_ids),
+                prompt_token_ids=prompt_ids if plan.return_prompt_token_ids else [],
+                seed=plan.sampling.seed,
+                num_outputs=plan.num_outputs,
+            ),
+        )
+        if state.abort_requested:
+            for response in stream.abort_all():
+                yield response
+            state.complete = True
+            return
+        self.ctx.link.submit(
+            ipc.SubmitRequest(
+                rid=state.rid,
+                prompt_ids=prompt_ids,
+                num_outputs=plan.num_outputs,
+                sampling=plan.sampling,
+                stopping=stopping,
+                top_logprobs=plan.top_logprobs,
+                detokenize=plan.detokenize,
+            )
+        )
+        state.submitted = True
+        while not stream.done:
+            events = await state.next_events()
+            if state.failure is not None and not events:
+                code, text = state.failure
+                state.complete = True
+                yield stream.error(code, text, retryable=code == Status.UNAVAILABLE.value)
+                return
+            responses = list(stream.add(events))
+            state.complete = stream.done
+            for response in responses:
+                yield response
+
+    async def embed(self, message: EmbedRequest) -> EmbedResponse:
+        engine = self.ctx.serving_engine()
+        if not engine.capabilities.embed:
+            raise GRPCError(Status.UNIMPLEMENTED, "Embed is not served by this server")
+        if not message.texts:
+            raise invalid("texts must not be empty")
+        try:
+            reply = await self.ctx.link.query(lambda qid: ipc.EmbedTexts(qid, list(message.texts)))
+        except WorkerUnavailableError as exc:
+            raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
+        assert isinstance(reply, ipc.EmbedReply)
+        if reply.error is not None:
+            raise invalid(reply.error)
+        return EmbedResponse(
+            request_id=message.request_id or self.ctx.table.new_request_id(),
+            embeddings=[Embedding(values=v) for v in reply.vectors],
+            usage=Usage(prompt_tokens=sum(reply.token_counts)),
+        )
+
+
+def _tokenize(message: GenerateRequest, plan: GeneratePlan, engine: Engine) -> list[int]:
+    tokenizer = engine.tokenizer
+    if plan.input_kind == "text":
+        return tokenizer.encode(message.text or "")
+    if plan.input_kind == "token_ids":
+        assert message.token_ids is not None
+        return list(message.token_ids.ids)
+    assert message.chat is not None
+    chat = message.chat
+    try:
+        return tokenizer.encode_chat(
+            [{"role": m.role, "content": m.content} for m in chat.messages],
+            add_generation_prompt=True if chat.add_generation_prompt is None else chat.add_generation_prompt,
+        )
+    except Exception as exc:  # the template rejected the conversation
+        raise invalid(f"chat: the model's chat template rejected the messages: {exc}") from None

@@ -1,0 +1,65 @@
+"""Builds the scheduler's engine from the server's EngineOptions."""
+
+from __future__ import annotations
+
+from reference_server.config import EngineOptions
+from reference_server.detokenizer.incremental import DecodeTable
+from reference_server.engine.base import Engine
+from reference_server.engine.fake import FakeEngine, FakeEngineConfig
+from reference_server.models.source import resolve_model
+from reference_server.models.tokenizer import TokenizerBundle, load_tokenizer
+
+
+def create_engine(options: EngineOptions) -> Engine:
+    source = resolve_model(options.model_path)
+    if options.kind == "fake":
+        tokenizer = load_tokenizer(source)
+        config = FakeEngineConfig(
+            model_id=f"fake-{source.model_id}",
+            vocab_size=tokenizer.vocab_size,
+            eos_token_ids=tokenizer.eos_token_ids,
+            bos_token_id=tokenizer.bos_token_id,
+            sampleable_token_ids=whole_character_tokens(tokenizer),
+            token_delay_s=options.fake_token_delay_s,
+            **_optional(kv_tokens=options.kv_tokens, max_running_sequences=options.max_running_sequences),
+        )
+        return FakeEngine(config, tokenize=tokenizer.encode if options.embedding else None)
+    from reference_server.engine.config import ModelEngineConfig
+    from reference_server.engine.model_engine import ModelEngine
+
+    return ModelEngine(
+        ModelEngineConfig(
+            source=source,
+            device=options.device,
+            dtype=options.dtype,
+            attention_backend=options.attention_backend,
+            load_embedding_model=options.embedding,
+            **_optional(
+                kv_tokens=options.kv_tokens,
+                max_running_sequences=options.max_running_sequences,
+                max_batch_tokens=options.max_batch_tokens,
+            ),
+        )
+    )
+
+
+def whole_character_tokens(tokenizer: TokenizerBundle) -> tuple[int, ...]:
+    """Regular tokens whose bytes are complete UTF-8 text (what the fake engine samples from)."""
+    table = DecodeTable.build(tokenizer.tokenizer, tokenizer.vocab_size)
+    result = []
+    for token_id in range(tokenizer.vocab_size):
+        if token_id in table.added_text:
+            continue
+        if table.token_bytes is None:
+            result.append(token_id)
+            continue
+        try:
+            if table.token_bytes[token_id].decode("utf-8"):
+                result.append(token_id)
+        except UnicodeDecodeError:
+            pass
+    return tuple(result)
+
+
+def _optional(**values: int | None) -> dict[str, int]:
+    return {k: v for k, v in values.items() if v is not None}

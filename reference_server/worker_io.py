@@ -1,0 +1,41 @@
+"""Helpers shared by the worker processes: sockets, logging, process naming."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+import zmq
+
+
+def setup_worker(name: str, log_level: str) -> None:
+    """Name the process, configure logging, and leave SIGINT/SIGTERM to the frontend, which
+    shuts workers down with a Shutdown message (so a Ctrl-C never kills a worker mid-step)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    logging.basicConfig(
+        level=log_level,
+        format=f"%(asctime)s {name}[{os.getpid()}] %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        import setproctitle  # type: ignore[import-not-found]
+
+        setproctitle.setproctitle(name)
+    except ImportError:
+        pass
+
+
+def pull_socket(context: zmq.Context[zmq.Socket[bytes]], address: str) -> zmq.Socket[bytes]:
+    socket = context.socket(zmq.PULL)
+    socket.bind(address)
+    return socket
+
+
+def push_socket(context: zmq.Context[zmq.Socket[bytes]], address: str) -> zmq.Socket[bytes]:
+    socket = context.socket(zmq.PUSH)
+    socket.setsockopt(zmq.LINGER, 1000)
+    socket.connect(address)
+    return socket
