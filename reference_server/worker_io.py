@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -20,11 +21,16 @@ def setup_worker(name: str, log_level: str) -> None:
         format=f"%(asctime)s {name}[{os.getpid()}] %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    try:
-        import setproctitle  # type: ignore[import-not-found]
+    _set_thread_name(name)
 
-        setproctitle.setproctitle(name)
-    except ImportError:
+
+def _set_thread_name(name: str) -> None:
+    """Show the role in ps/top (/proc/PID/comm, 15 characters) on Linux."""
+    try:
+        libc = ctypes.CDLL(None)
+        pr_set_name = 15
+        libc.prctl(pr_set_name, name.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
         pass
 
 

@@ -1,0 +1,119 @@
+"""Run a reference server in a subprocess, for tests and benchmarks.
+
+    with ServerProcess(engine="fake") as server:
+        client = LmrpcClient.connect(server.target)
+
+The server binds a free port (``--port 0``) and reports it through a ready file once it is
+serving, so tests never race for ports and never talk to a half-started server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+ROLES = {"lmrpc-scheduler": "scheduler", "lmrpc-detokeniz": "detokenizer"}
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+class ServerProcess:
+    def __init__(
+        self,
+        *,
+        engine: str = "fake",
+        args: tuple[str, ...] = (),
+        startup_timeout_s: float = 120.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.args = args
+        self.startup_timeout_s = startup_timeout_s
+        self.env = env
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._folder = Path(tempfile.mkdtemp(prefix="lmrpc-test-"))
+        self.log_path = self._folder / "server.log"
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> ServerProcess:
+        ready_file = self._folder / "ready"
+        command = [
+            sys.executable, "-m", "reference_server",
+            "--engine", self.engine, "--port", "0", "--ready-file", str(ready_file), *self.args,
+        ]  # fmt: skip
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(self.env or {})}
+            )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while not ready_file.exists():
+            if self.process.poll() is not None:
+                raise ServerStartError(f"server exited with {self.process.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerStartError(f"server not ready after {self.startup_timeout_s} s:\n{self.log()}")
+            time.sleep(0.05)
+        self.port = int(ready_file.read_text())
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def terminate(self) -> None:
+        """Send SIGTERM (graceful drain) without waiting."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout_s: float) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout_s)
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def worker_pids(self) -> dict[str, int]:
+        """Pids of the worker processes by role ("scheduler", "detokenizer")."""
+        assert self.process is not None
+        pids = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                name = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            if parent == self.process.pid and name in ROLES:
+                pids[ROLES[name]] = int(entry.name)
+        return pids
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
