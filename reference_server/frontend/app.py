@@ -28,6 +28,7 @@ from reference_server.frontend.engine_link import EngineLink, WorkerUnavailableE
 from reference_server.frontend.inference import InferenceService
 from reference_server.frontend.reflection import reflection_services
 from reference_server.frontend.requests import RequestTable
+from reference_server.frontend.unknown_methods import answer_unknown_methods
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import load_tokenizer
 from reference_server.scheduler.process import run_scheduler
@@ -53,14 +54,15 @@ class Frontend:
         inference, control = InferenceService(self.ctx), ControlService(self.ctx)
         health = Health({inference: [self.ctx.health], control: [self.ctx.health]})
         self.server = Server([inference, control, health, *reflection_services([inference, control, health])])
+        answer_unknown_methods(self.server)
         self.processes: dict[str, multiprocessing.process.BaseProcess] = {}
         self.port = 0
         self._stop = asyncio.Event()
 
     async def start(self) -> None:
         listener = _bind(self.config.host, self.config.port)
-        self.port = listener.getsockname()[1]
         await self.server.start(sock=listener)
+        self.port = listener.getsockname()[1]
         log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", self.config.host, self.port)
         self.link.on_failure = self._on_worker_failure
         self.link.start()
@@ -106,8 +108,9 @@ class Frontend:
                 self.table.fail_all(14, "the server shut down")
 
     async def close(self) -> None:
-        self.server.close()
-        await self.server.wait_closed()
+        if self.port:
+            self.server.close()
+            await self.server.wait_closed()
         self.link.shutdown_workers()
         for process in self.processes.values():
             await asyncio.to_thread(process.join, 10.0)

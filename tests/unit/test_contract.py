@@ -8,11 +8,7 @@ betterproto2 bytes -> betterproto2.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -23,35 +19,6 @@ from google.protobuf.message import Message as PbMessage
 
 import lmrpc
 import lmrpc.v1 as sdk
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def pb_modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModuleType]:
-    # The same files under another package name, so protobuf's modules cannot collide with ours;
-    # the package name is not part of the wire format.
-    out = tmp_path_factory.mktemp("pb")
-    (out / "pbwire" / "v1").mkdir(parents=True)
-    names = sorted(p.name for p in (ROOT / "proto" / "lmrpc" / "v1").glob("*.proto"))
-    for name in names:
-        text = (ROOT / "proto" / "lmrpc" / "v1" / name).read_text()
-        text = text.replace("package lmrpc.v1;", "package pbwire.v1;").replace('"lmrpc/v1/', '"pbwire/v1/')
-        (out / "pbwire" / "v1" / name).write_text(text)
-    protos = [f"pbwire/v1/{name}" for name in names]
-    subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{out}", f"--python_out={out}", *protos],
-        check=True,
-        cwd=out,
-    )
-    sys.path.insert(0, str(out))
-    try:
-        return {
-            p.replace("pbwire/", "lmrpc/"): importlib.import_module(p.removesuffix(".proto").replace("/", ".") + "_pb2")
-            for p in protos
-        }
-    finally:
-        sys.path.remove(str(out))
 
 
 def message_classes(pb_modules: dict[str, ModuleType]) -> Iterator[tuple[type[PbMessage], type[betterproto2.Message]]]:

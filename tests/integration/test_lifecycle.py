@@ -1,0 +1,131 @@
+"""Startup, health, SIGTERM drain and worker death, each against its own server process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from grpclib import GRPCError, Status
+from grpclib.client import Channel
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+from streams import first_delta, run
+
+from lmrpc.client import LmrpcClient
+from lmrpc.v1 import FinishReason, GenerateRequest, StoppingCriteria
+from reference_server.testing import ServerProcess
+
+SERVICES = ("", "lmrpc.v1.InferenceService", "lmrpc.v1.ControlService")
+
+
+async def health(port: int, service: str = "") -> int:
+    channel = Channel("127.0.0.1", port)
+    try:
+        response = await HealthStub(channel).Check(HealthCheckRequest(service=service), timeout=2)
+        return int(response.status)
+    finally:
+        channel.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_health_is_not_serving_until_the_engine_is_ready() -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "reference_server", "--engine", "fake", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    seen: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and HealthCheckResponse.SERVING not in seen:
+            try:
+                seen.append(asyncio.run(health(port)))
+            except OSError:
+                time.sleep(0.01)
+        statuses = {service: asyncio.run(health(port, service)) for service in SERVICES}
+        with pytest.raises(GRPCError) as unknown:
+            asyncio.run(health(port, "no.such.Service"))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    assert seen[0] == HealthCheckResponse.NOT_SERVING and seen[-1] == HealthCheckResponse.SERVING
+    assert set(statuses.values()) == {HealthCheckResponse.SERVING}
+    assert unknown.value.status == Status.NOT_FOUND
+
+
+def test_sigterm_drains_streams_in_flight_then_exits_zero() -> None:
+    server = ServerProcess(engine="fake", args=("--fake-token-delay", "0.02")).start()
+    request = GenerateRequest(text="drain me", stopping=StoppingCriteria(max_tokens=40, ignore_eos=True))
+
+    async def body(client: LmrpcClient) -> None:
+        task, _ = await first_delta(client, request)
+        server.terminate()
+        await asyncio.sleep(0.2)
+        assert await health(server.port) == HealthCheckResponse.NOT_SERVING
+        with pytest.raises(GRPCError) as refused:
+            await client.generate(GenerateRequest(text="too late", stopping=StoppingCriteria(max_tokens=2)))
+        assert refused.value.status == Status.UNAVAILABLE
+        responses = await asyncio.wait_for(task, 10)
+        finish = [r.finished for r in responses if r.finished is not None]
+        assert len(finish) == 1 and finish[0].reason == FinishReason.LENGTH and finish[0].completion_tokens == 40
+
+    try:
+        run(server.target, body)
+        assert server.wait(20) == 0, server.log()
+    finally:
+        server.stop()
+
+
+def test_dead_scheduler_fails_streams_and_turns_unavailable() -> None:
+    server = ServerProcess(engine="fake", args=("--fake-token-delay", "0.02")).start()
+    request = GenerateRequest(text="doomed", stopping=StoppingCriteria(max_tokens=2000, ignore_eos=True))
+
+    async def body(client: LmrpcClient) -> None:
+        task, _ = await first_delta(client, request)
+        os.kill(server.worker_pids()["scheduler"], signal.SIGKILL)
+        responses = await asyncio.wait_for(task, 5)  # no hung client
+        error = responses[-1].error
+        assert error is not None and error.code == Status.UNAVAILABLE.value and error.retryable
+        assert responses[-1].usage is not None
+        killed_at = time.monotonic()
+        while True:
+            try:
+                await client.generate(GenerateRequest(text="after", stopping=StoppingCriteria(max_tokens=2)))
+            except GRPCError as exc:
+                assert exc.status == Status.UNAVAILABLE
+                break
+            assert time.monotonic() - killed_at < 1.0
+        assert await health(server.port, "lmrpc.v1.InferenceService") == HealthCheckResponse.NOT_SERVING
+
+    try:
+        run(server.target, body)
+    finally:
+        server.stop()
+
+
+def test_startup_failures_are_clear() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "reference_server", "--engine", "fake", "--port", str(port)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "reference_server", "--engine", "fake", "--port", "0", "--model", "/nonexistent.gguf"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "/nonexistent.gguf" in missing.stderr
