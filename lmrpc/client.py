@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -39,7 +39,9 @@ from lmrpc.v1 import (
     RequestError,
     RequestIds,
     ServerInfo,
+    OutputFinished,
     StopMatch,
+    TokenDelta,
     TokenizeRequest,
     TokenLogprob,
     Usage,
@@ -116,6 +118,7 @@ class StreamAggregator:
             assert isinstance(event, PromptInfo)
             result.prompt = event
         elif kind == "delta":
+            assert isinstance(event, TokenDelta)
             out = result.output(_index(event.output_index))
             if out.finished:
                 raise StreamProtocolError(f"delta for output {out.index} after its finish")
@@ -123,6 +126,7 @@ class StreamAggregator:
             out.text += event.text
             out.logprobs.extend(event.logprobs)
         elif kind == "finished":
+            assert isinstance(event, OutputFinished)
             out = result.output(_index(event.output_index))
             if out.finished:
                 raise StreamProtocolError(f"second finish for output {out.index}")
@@ -171,9 +175,9 @@ class LmrpcClient:
 
     async def stream(
         self, request: GenerateRequest, *, timeout: float | None = None
-    ) -> AsyncIterator[GenerateResponse]:
+    ) -> AsyncGenerator[GenerateResponse, None]:
         """Yield the events of one Generate call. Leaving the loop early cancels the call."""
-        async with contextlib.aclosing(self.inference.generate(request, timeout=timeout)) as events:
+        async with contextlib.aclosing(_as_generator(self.inference.generate(request, timeout=timeout))) as events:
             async for response in events:
                 yield response
 
@@ -215,3 +219,14 @@ class LmrpcClient:
 
     async def embed(self, texts: list[str]) -> EmbedResponse:
         return await self.inference.embed(EmbedRequest(texts=texts))
+
+
+async def _as_generator(events: AsyncIterator[GenerateResponse]) -> AsyncGenerator[GenerateResponse, None]:
+    """Wrap the stub's stream so that closing the wrapper closes (resets) the call at once."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()

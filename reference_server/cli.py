@@ -13,18 +13,27 @@ from reference_server.models.source import ModelNotFoundError
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser = argparse.ArgumentParser(
-        prog="lmrpc-server", description="The lmrpc.v1 reference server (gRPC frontend + scheduler + detokenizer)."
+        prog="lmrpc-server",
+        description="The lmrpc.v1 reference server (gRPC frontend + scheduler + detokenizer).",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=50051, help="0 picks a free port (see --ready-file)")
     parser.add_argument("--engine", choices=("model", "fake"), default="model")
-    parser.add_argument("--model", default=None, help="a .gguf file or a Hugging Face Llama directory (default: embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--fake-token-delay", type=float, default=0.0, metavar="SECONDS", help="fake engine: sleep per step")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="a .gguf file or a Hugging Face Llama directory (default: embedded SmolLM2-135M-Instruct)",
+    )
+    parser.add_argument(
+        "--fake-token-delay", type=float, default=0.0, metavar="SECONDS", help="fake engine: sleep per step"
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--kv-tokens", type=int, default=None, help="KV-cache capacity in tokens")
     parser.add_argument("--max-running", type=int, default=None, help="max sequences decoded together")
-    parser.add_argument("--max-batch-tokens", type=int, default=None, help="token budget of one step (chunked prefill)")
+    parser.add_argument(
+        "--max-batch-tokens", type=int, default=None, help="token budget of one step (chunked prefill)"
+    )
     parser.add_argument("--attention", default="auto", choices=("auto", "sdpa", "flashinfer"))
     parser.add_argument("--no-embedding", action="store_true", help="do not load the embedding model")
     parser.add_argument("--drain-timeout", type=float, default=30.0)

@@ -254,9 +254,7 @@ class WorkerFailed(msgspec.Struct, frozen=True, tag="worker_failed"):
     message: str
 
 
-FRONTEND_INBOX = (
-    OutputBatch | Ready | LoadReply | FlushReply | PausedReply | EmbedReply | WorkerFailed
-)
+FRONTEND_INBOX = OutputBatch | Ready | LoadReply | FlushReply | PausedReply | EmbedReply | WorkerFailed
 
 
 # ── codec ───────────────────────────────────────────────────────────────────────────────────

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-
 ROLES = {"lmrpc-scheduler": "scheduler", "lmrpc-detokeniz": "detokenizer"}
 
 

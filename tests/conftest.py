@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import importlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -69,7 +69,9 @@ def pb_modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModuleType
     sys.path.insert(0, str(out))
     try:
         return {
-            p.replace("pbwire/", "lmrpc/"): importlib.import_module(p.removesuffix(".proto").replace("/", ".") + "_pb2")
+            p.replace("pbwire/", "lmrpc/"): importlib.import_module(
+                p.removesuffix(".proto").replace("/", ".") + "_pb2"
+            )
             for p in protos
         }
     finally:

@@ -118,7 +118,9 @@ class WindowDecoder:
 
 def _byte_to_char() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable characters."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    )
     mapping = {b: chr(b) for b in printable}
     extra = 0
     for b in range(256):

@@ -117,7 +117,8 @@ class FakeEngine:
 
     def add_request(self, request: SubmitRequest) -> None:
         outputs = [
-            _Output(i, random.Random(derive_seed(request.sampling.seed, i))) for i in range(request.num_outputs)
+            _Output(i, random.Random(derive_seed(request.sampling.seed, i)))
+            for i in range(request.num_outputs)
         ]
         self._waiting[request.rid] = _Group(request, _hash_ids(request.prompt_ids), outputs)
 
@@ -154,7 +155,8 @@ class FakeEngine:
 
     def load(self, *, paused: bool) -> EngineLoad:
         in_use = sum(
-            len(g.request.prompt_ids) + sum(len(o.token_ids) for o in g.outputs) for g in self._running.values()
+            len(g.request.prompt_ids) + sum(len(o.token_ids) for o in g.outputs)
+            for g in self._running.values()
         )
         return EngineLoad(
             running_sequences=sum(sum(not o.finished for o in g.outputs) for g in self._running.values()),
@@ -233,7 +235,9 @@ class FakeEngine:
         if not group.reported_cache:
             group.reported_cache = True
             cached = group.cached_prompt_tokens
-        return SequenceOutput(request.rid, out.index, [token_id], logprobs, self._finish(request, out), cached)
+        return SequenceOutput(
+            request.rid, out.index, [token_id], logprobs, self._finish(request, out), cached
+        )
 
     def _candidates(self, group: _Group, out: _Output) -> list[Candidate]:
         prompt = group.request.prompt_ids
@@ -296,7 +300,9 @@ class FakeEngine:
         vector = self._token_vectors.get(token_id)
         if vector is None:
             rng = random.Random(token_id)
-            vector = self._token_vectors[token_id] = [rng.gauss(0.0, 1.0) for _ in range(EMBEDDING_DIMENSIONS)]
+            vector = self._token_vectors[token_id] = [
+                rng.gauss(0.0, 1.0) for _ in range(EMBEDDING_DIMENSIONS)
+            ]
         return vector
 
 

@@ -63,7 +63,9 @@ class Frontend:
         listener = _bind(self.config.host, self.config.port)
         await self.server.start(sock=listener)
         self.port = listener.getsockname()[1]
-        log.info("listening on %s:%d (health NOT_SERVING until the model is loaded)", self.config.host, self.port)
+        log.info(
+            "listening on %s:%d (health NOT_SERVING until the model is loaded)", self.config.host, self.port
+        )
         self.link.on_failure = self._on_worker_failure
         self.link.start()
         self._spawn_workers()

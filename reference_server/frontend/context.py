@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from grpclib import GRPCError, Status
 from grpclib.health.check import ServiceStatus
 
+from lmrpc import CONTRACT_REVISION
+from lmrpc.v1 import Capabilities, EffectiveDefaults, EmbeddingModelInfo, ModelInfo, ServerInfo
 from reference_server.config import ServerConfig
 from reference_server.frontend.engine_link import EngineLink
 from reference_server.frontend.requests import RequestTable
 from reference_server.ipc import EngineInfo
 from reference_server.models.tokenizer import TokenizerBundle
-from lmrpc import CONTRACT_REVISION
-from lmrpc.v1 import Capabilities, EffectiveDefaults, EmbeddingModelInfo, ModelInfo, ServerInfo
 
 SERVER_NAME = "lmrpc-reference"
 

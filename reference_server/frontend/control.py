@@ -9,10 +9,6 @@ import betterproto2
 import msgspec
 from grpclib import GRPCError, Status
 
-from reference_server import ipc
-from reference_server.frontend.context import FrontendContext, model_info_for
-from reference_server.frontend.engine_link import Reply, WorkerUnavailableError
-from reference_server.frontend.validation import invalid
 from lmrpc.v1 import (
     AbortOutcome,
     AbortRequest,
@@ -37,6 +33,10 @@ from lmrpc.v1 import (
     TokenizeRequest,
     TokenizeResponse,
 )
+from reference_server import ipc
+from reference_server.frontend.context import FrontendContext, model_info_for
+from reference_server.frontend.engine_link import Reply, WorkerUnavailableError
+from reference_server.frontend.validation import invalid
 
 
 class ControlService(ControlServiceBase):
@@ -122,7 +122,9 @@ class ControlService(ControlServiceBase):
             if token_id >= vocab_size:
                 raise invalid(f"token_ids[{i}]={token_id} must be < vocab_size={vocab_size}")
         skip = message.skip_special_tokens is not False
-        text = await asyncio.to_thread(engine.tokenizer.decode, list(message.token_ids), skip_special_tokens=skip)
+        text = await asyncio.to_thread(
+            engine.tokenizer.decode, list(message.token_ids), skip_special_tokens=skip
+        )
         return DetokenizeResponse(text=text)
 
     async def flush_cache(self, message: FlushCacheRequest) -> FlushCacheResponse:

@@ -48,7 +48,9 @@ class EngineLink:
     # ── lifecycle ───────────────────────────────────────────────────────────────────────────
 
     def start(self) -> None:
-        self._receiver = asyncio.get_running_loop().create_task(self._receive_loop(), name="lmrpc-engine-link")
+        self._receiver = asyncio.get_running_loop().create_task(
+            self._receive_loop(), name="lmrpc-engine-link"
+        )
 
     async def wait_ready(self, workers: tuple[str, ...]) -> ipc.EngineInfo:
         """Wait until every worker said Ready; raise WorkerUnavailableError if one failed first."""

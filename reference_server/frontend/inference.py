@@ -10,22 +10,22 @@ from typing import Any
 import grpclib.server
 from grpclib import GRPCError, Status
 
-from reference_server import ipc
-from reference_server.frontend.context import Engine, FrontendContext
-from reference_server.frontend.engine_link import WorkerUnavailableError
-from reference_server.frontend.requests import DuplicateRequestError, RequestState
-from reference_server.frontend.streaming import StreamAssembler
-from reference_server.frontend.validation import GeneratePlan, invalid, plan_generate, stopping_for_prompt
 from lmrpc.v1 import (
+    Embedding,
     EmbedRequest,
     EmbedResponse,
-    Embedding,
     GenerateRequest,
     GenerateResponse,
     InferenceServiceBase,
     PromptInfo,
     Usage,
 )
+from reference_server import ipc
+from reference_server.frontend.context import Engine, FrontendContext
+from reference_server.frontend.engine_link import WorkerUnavailableError
+from reference_server.frontend.requests import DuplicateRequestError, RequestState
+from reference_server.frontend.streaming import StreamAssembler
+from reference_server.frontend.validation import GeneratePlan, invalid, plan_generate, stopping_for_prompt
 
 
 class InferenceService(InferenceServiceBase):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from reference_server.ipc import Finish, OutputEvent, TokenLogprob
 from lmrpc.v1 import (
     FinishReason,
     GenerateResponse,
@@ -19,9 +18,10 @@ from lmrpc.v1 import (
     StopMatch,
     TokenCandidate,
     TokenDelta,
+    Usage,
 )
 from lmrpc.v1 import TokenLogprob as TokenLogprobMessage
-from lmrpc.v1 import Usage
+from reference_server.ipc import Finish, OutputEvent, TokenLogprob
 
 _REASONS = {
     "stop": FinishReason.STOP,

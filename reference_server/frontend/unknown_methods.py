@@ -25,7 +25,7 @@ _HANDLER = Handler(_unimplemented, Cardinality.UNARY_UNARY, GetLoadRequest, GetL
 
 
 class _Mapping(dict[str, Handler]):
-    def get(self, key: str, default: Any = None) -> Handler:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Handler:
         return super().get(key) or _HANDLER
 
 

@@ -15,9 +15,9 @@ from typing import Literal
 import betterproto2
 from grpclib import GRPCError, Status
 
+from lmrpc.v1 import Capabilities, GenerateRequest, ResponseOptions, SamplingParams, StoppingCriteria
 from reference_server.config import Limits
 from reference_server.ipc import DetokenizeConfig, EngineInfo, SamplingConfig, StoppingConfig
-from lmrpc.v1 import Capabilities, GenerateRequest, ResponseOptions, SamplingParams, StoppingCriteria
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
 
@@ -59,7 +59,9 @@ def check_request_id(request_id: str) -> str | None:
     return request_id
 
 
-def plan_generate(request: GenerateRequest, caps: Capabilities, limits: Limits, engine: EngineInfo) -> GeneratePlan:
+def plan_generate(
+    request: GenerateRequest, caps: Capabilities, limits: Limits, engine: EngineInfo
+) -> GeneratePlan:
     request_id = check_request_id(request.request_id)
     input_kind = _input_kind(request, caps)
     sampling = request.sampling or SamplingParams()
@@ -77,7 +79,9 @@ def plan_generate(request: GenerateRequest, caps: Capabilities, limits: Limits, 
     if stop_strings and not caps.stop_strings:
         raise unimplemented("stopping.stop_strings is not supported by this server")
     if len(stop_strings) > caps.max_stop_strings:
-        raise invalid(f"stopping.stop_strings has {len(stop_strings)} entries; at most {caps.max_stop_strings}")
+        raise invalid(
+            f"stopping.stop_strings has {len(stop_strings)} entries; at most {caps.max_stop_strings}"
+        )
     for i, stop in enumerate(stop_strings):
         if not stop:
             raise invalid(f"stopping.stop_strings[{i}]='' must not be empty")
@@ -118,7 +122,9 @@ def plan_generate(request: GenerateRequest, caps: Capabilities, limits: Limits, 
     )
 
 
-def stopping_for_prompt(plan: GeneratePlan, prompt_ids: list[int], limits: Limits, engine: EngineInfo) -> StoppingConfig:
+def stopping_for_prompt(
+    plan: GeneratePlan, prompt_ids: list[int], limits: Limits, engine: EngineInfo
+) -> StoppingConfig:
     """The checks that need the prompt (REQ-1, REQ-5, REQ-6, REQ-7) and the final stop config."""
     if not prompt_ids:
         raise invalid("the prompt is empty after tokenization")
@@ -140,7 +146,9 @@ def stopping_for_prompt(plan: GeneratePlan, prompt_ids: list[int], limits: Limit
     else:
         max_tokens = plan.max_tokens
     if plan.min_tokens > max_tokens:
-        raise invalid(f"stopping.min_tokens={plan.min_tokens} must be <= the effective max_tokens={max_tokens}")
+        raise invalid(
+            f"stopping.min_tokens={plan.min_tokens} must be <= the effective max_tokens={max_tokens}"
+        )
     needed = len(prompt_ids) + plan.num_outputs * max_tokens
     if needed > engine.kv_tokens_total:
         raise GRPCError(
@@ -186,7 +194,9 @@ def _num_outputs(n: int | None, caps: Capabilities) -> int:
 
 
 def _sampling(p: SamplingParams, limits: Limits) -> SamplingConfig:
-    def get(name: str, value: float | None, default: float, low: float, high: float, *, open_low: bool) -> float:
+    def get(
+        name: str, value: float | None, default: float, low: float, high: float, *, open_low: bool
+    ) -> float:
         if value is None:
             return default
         if not math.isfinite(value) or value < low or (open_low and value == low) or value > high:
@@ -212,7 +222,9 @@ def _sampling(p: SamplingParams, limits: Limits) -> SamplingConfig:
 def _top_logprobs(response: ResponseOptions, caps: Capabilities) -> int | None:
     if not response.return_logprobs:
         if response.top_logprobs:
-            raise invalid(f"response.top_logprobs={response.top_logprobs} requires response.return_logprobs=true")
+            raise invalid(
+                f"response.top_logprobs={response.top_logprobs} requires response.return_logprobs=true"
+            )
         return None
     if not caps.logprobs:
         raise unimplemented("response.return_logprobs is not supported by this server")

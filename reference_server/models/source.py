@@ -40,7 +40,7 @@ def default_model_path() -> Path:
         raise ModelNotFoundError(
             f"the default model package {DEFAULT_MODEL_PACKAGE!r} is not installed; run: {INSTALL_HINT}"
         )
-    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
+    path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
     if not path.is_file():
         raise ModelNotFoundError(f"{path} is missing; reinstall with: {INSTALL_HINT}")
     return path

@@ -138,13 +138,13 @@ def _build_gguf_tokenizer(path: Path) -> tuple[Tokenizer, dict[str, Any]]:
         byte_fallback=False,
     )
     tokenizer = Tokenizer(bpe)
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(  # type: ignore[assignment]
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         ]
     )
-    tokenizer.decoder = decoders.ByteLevel()  # type: ignore[assignment]
+    tokenizer.decoder = decoders.ByteLevel()
     specials = [t for t, kind in zip(tokens, token_types, strict=True) if kind == GGUF_CONTROL_TOKEN_TYPE]
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     bos = scalar("tokenizer.ggml.bos_token_id")

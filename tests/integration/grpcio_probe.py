@@ -67,7 +67,11 @@ def main(target: str, pb_dir: str) -> None:
         }
         database = ProtoReflectionDescriptorDatabase(channel)
         seen["services"] = sorted(database.get_services())
-        method = DescriptorPool(database).FindServiceByName("lmrpc.v1.InferenceService").FindMethodByName("Generate")
+        method = (
+            DescriptorPool(database)
+            .FindServiceByName("lmrpc.v1.InferenceService")
+            .FindMethodByName("Generate")
+        )
         seen["generate"] = {
             "server_streaming": method.server_streaming,
             "client_streaming": method.client_streaming,

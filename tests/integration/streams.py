@@ -24,7 +24,9 @@ def run(target: str, body: Callable[[LmrpcClient], Awaitable[T]]) -> T:
     return asyncio.run(main())
 
 
-async def collect(client: LmrpcClient, request: GenerateRequest, timeout: float = 30) -> list[GenerateResponse]:
+async def collect(
+    client: LmrpcClient, request: GenerateRequest, timeout: float = 30
+) -> list[GenerateResponse]:
     return [r async for r in client.stream(request, timeout=timeout)]
 
 
@@ -37,14 +39,18 @@ async def wait_idle(client: LmrpcClient, timeout: float = 5.0) -> Load:
     deadline = time.monotonic() + timeout
     while True:
         load = await client.load()
-        if not (load.active_requests or load.running_sequences or load.waiting_sequences or load.kv_tokens_in_use):
+        if not (
+            load.active_requests or load.running_sequences or load.waiting_sequences or load.kv_tokens_in_use
+        ):
             return load
         if time.monotonic() > deadline:
             raise AssertionError(f"server not idle after {timeout} s: {load}")
         await asyncio.sleep(0.05)
 
 
-async def first_delta(client: LmrpcClient, request: GenerateRequest) -> tuple[asyncio.Task[list[GenerateResponse]], list[GenerateResponse]]:
+async def first_delta(
+    client: LmrpcClient, request: GenerateRequest
+) -> tuple[asyncio.Task[list[GenerateResponse]], list[GenerateResponse]]:
     """Start a stream in a task and return once its first TokenDelta arrived."""
     seen: list[GenerateResponse] = []
     got_delta = asyncio.Event()

@@ -52,9 +52,13 @@ BAD_GENERATE = {
     "empty stop string": GenerateRequest(text="x", stopping=StoppingCriteria(stop_strings=["a", ""])),
     "too many stop strings": GenerateRequest(text="x", stopping=StoppingCriteria(stop_strings=["s"] * 17)),
     "stop token >= vocab": GenerateRequest(text="x", stopping=StoppingCriteria(stop_token_ids=[VOCAB])),
-    "top_logprobs too large": GenerateRequest(text="x", response=ResponseOptions(return_logprobs=True, top_logprobs=21)),
+    "top_logprobs too large": GenerateRequest(
+        text="x", response=ResponseOptions(return_logprobs=True, top_logprobs=21)
+    ),
     "top_logprobs without logprobs": GenerateRequest(text="x", response=ResponseOptions(top_logprobs=2)),
-    "nothing to return": GenerateRequest(text="x", response=ResponseOptions(return_text=False, return_token_ids=False)),
+    "nothing to return": GenerateRequest(
+        text="x", response=ResponseOptions(return_text=False, return_token_ids=False)
+    ),
 }
 
 
@@ -68,11 +72,15 @@ def test_invalid_generate_requests(fake_server: ServerProcess, case: str) -> Non
 
 def test_never_fits_is_resource_exhausted() -> None:
     with ServerProcess(engine="fake", args=("--kv-tokens", "9000")) as server:
-        request = GenerateRequest(text="x", sampling=SamplingParams(n=4), stopping=StoppingCriteria(max_tokens=4000))
+        request = GenerateRequest(
+            text="x", sampling=SamplingParams(n=4), stopping=StoppingCriteria(max_tokens=4000)
+        )
         with pytest.raises(GRPCError) as error:
             run(server.target, lambda c: collect(c, request))
         assert error.value.status == Status.RESOURCE_EXHAUSTED
-        fits = GenerateRequest(text="x", sampling=SamplingParams(n=2), stopping=StoppingCriteria(max_tokens=8))
+        fits = GenerateRequest(
+            text="x", sampling=SamplingParams(n=2), stopping=StoppingCriteria(max_tokens=8)
+        )
         assert run(server.target, lambda c: c.generate(fits)).usage is not None
 
 
@@ -105,7 +113,9 @@ def test_control_rpc_errors(fake_server: ServerProcess) -> None:
         return {
             "abort no target": await status_of(client.control.abort(AbortRequest())),
             "abort empty ids": await status_of(client.control.abort(AbortRequest(request_ids=RequestIds()))),
-            "detokenize bad id": await status_of(client.control.detokenize(DetokenizeRequest(token_ids=[VOCAB + 1]))),
+            "detokenize bad id": await status_of(
+                client.control.detokenize(DetokenizeRequest(token_ids=[VOCAB + 1]))
+            ),
             "tokenize no input": await status_of(client.control.tokenize(TokenizeRequest())),
             "embed nothing": await status_of(client.inference.embed(EmbedRequest())),
             "embed too long": await status_of(client.inference.embed(EmbedRequest(texts=["word " * 400]))),
@@ -124,7 +134,10 @@ def test_unknown_method_is_unimplemented(fake_server: ServerProcess) -> None:
         channel = Channel("127.0.0.1", fake_server.port)
         try:
             async with channel.request(
-                "/lmrpc.v1.ControlService/NoSuchMethod", Cardinality.UNARY_UNARY, GetLoadRequest, GetLoadResponse
+                "/lmrpc.v1.ControlService/NoSuchMethod",
+                Cardinality.UNARY_UNARY,
+                GetLoadRequest,
+                GetLoadResponse,
             ) as stream:
                 await stream.send_message(GetLoadRequest(), end=True)
                 await stream.recv_message()
@@ -138,5 +151,8 @@ def test_unknown_method_is_unimplemented(fake_server: ServerProcess) -> None:
 
 
 def test_server_keeps_serving_after_bad_requests(fake_server: ServerProcess) -> None:
-    result = run(fake_server.target, lambda c: c.generate(GenerateRequest(text="still alive", stopping=StoppingCriteria(max_tokens=3))))
+    result = run(
+        fake_server.target,
+        lambda c: c.generate(GenerateRequest(text="still alive", stopping=StoppingCriteria(max_tokens=3))),
+    )
     assert result.outputs[0].completion_tokens == 3

@@ -67,18 +67,27 @@ def test_stream_and_final_only_agree(fake_server: ServerProcess, n: int) -> None
         (o.token_ids, o.text, o.finish_reason) for o in b.outputs
     ]
     assert a.usage is not None and b.usage is not None
-    assert (a.usage.prompt_tokens, a.usage.completion_tokens) == (b.usage.prompt_tokens, b.usage.completion_tokens)
-    assert b.usage.cached_prompt_tokens > 0  # the second run of the same prompt and a.usage.completion_tokens == sum(len(o.token_ids) for o in a.outputs)
+    assert (a.usage.prompt_tokens, a.usage.completion_tokens) == (
+        b.usage.prompt_tokens,
+        b.usage.completion_tokens,
+    )
+    assert (
+        b.usage.cached_prompt_tokens > 0
+    )  # the second run of the same prompt and a.usage.completion_tokens == sum(len(o.token_ids) for o in a.outputs)
     assert all(o.completion_tokens == len(o.token_ids) for o in a.outputs)
     if n > 1:
         assert len({tuple(o.token_ids) for o in a.outputs}) > 1, "seeded outputs should differ"
 
 
 def test_greedy_outputs_are_identical_and_seed_is_echoed(fake_server: ServerProcess) -> None:
-    request = GenerateRequest(text="abc", sampling=SamplingParams(temperature=0.0, n=3), stopping=StoppingCriteria(max_tokens=8))
+    request = GenerateRequest(
+        text="abc", sampling=SamplingParams(temperature=0.0, n=3), stopping=StoppingCriteria(max_tokens=8)
+    )
     result = run(fake_server.target, lambda c: c.generate(request))
     assert len({tuple(o.token_ids) for o in result.outputs}) == 1
-    seeded = GenerateRequest(text="abc", sampling=SamplingParams(temperature=1.0), stopping=StoppingCriteria(max_tokens=8))
+    seeded = GenerateRequest(
+        text="abc", sampling=SamplingParams(temperature=1.0), stopping=StoppingCriteria(max_tokens=8)
+    )
     first = run(fake_server.target, lambda c: c.generate(seeded))
     assert first.prompt is not None
     seeded.sampling = SamplingParams(temperature=1.0, seed=first.prompt.seed)
@@ -86,7 +95,9 @@ def test_greedy_outputs_are_identical_and_seed_is_echoed(fake_server: ServerProc
     assert again.token_ids == first.token_ids
 
 
-def test_utf8_split_across_tokens_streams_cleanly(fake_server: ServerProcess, tokenizer: TokenizerBundle) -> None:
+def test_utf8_split_across_tokens_streams_cleanly(
+    fake_server: ServerProcess, tokenizer: TokenizerBundle
+) -> None:
     text = "中文字符和表情😀👍🏽🇫🇷 한국어"
     prompt = tokenizer.encode(text)
     assert any(not tokenizer.decode([t]).isprintable() or "\ufffd" in tokenizer.decode([t]) for t in prompt)
@@ -104,7 +115,10 @@ def test_stop_strings_and_tokens(fake_server: ServerProcess, tokenizer: Tokenize
     prompt = "alpha beta gamma delta"
 
     def generate(stopping: StoppingCriteria) -> GenerateResult:
-        return run(fake_server.target, lambda c: c.generate(GenerateRequest(text=prompt, sampling=GREEDY, stopping=stopping)))
+        return run(
+            fake_server.target,
+            lambda c: c.generate(GenerateRequest(text=prompt, sampling=GREEDY, stopping=stopping)),
+        )
 
     excluded = generate(StoppingCriteria(max_tokens=20, stop_strings=["gamma"]))
     assert excluded.text == "alpha beta " and excluded.outputs[0].stop == StopMatch(stop_string="gamma")
@@ -146,7 +160,11 @@ def test_logprobs_align_with_tokens(fake_server: ServerProcess) -> None:
 
 
 def test_usage_and_prefix_cache(fake_server: ServerProcess) -> None:
-    request = GenerateRequest(text="a repeated prompt for the cache", sampling=SamplingParams(temperature=0.0, n=2), stopping=StoppingCriteria(max_tokens=5))
+    request = GenerateRequest(
+        text="a repeated prompt for the cache",
+        sampling=SamplingParams(temperature=0.0, n=2),
+        stopping=StoppingCriteria(max_tokens=5),
+    )
 
     async def body(client: LmrpcClient) -> tuple[GenerateResult, GenerateResult, list[int]]:
         first = await client.generate(request)

@@ -19,7 +19,10 @@ def test_grpcio_client(
 ) -> None:
     pb_dir = Path(pb_modules["lmrpc/v1/inference.proto"].__file__ or "").parents[2]
     result = subprocess.run(
-        [sys.executable, str(PROBE), fake_server.target, str(pb_dir)], capture_output=True, text=True, timeout=120
+        [sys.executable, str(PROBE), fake_server.target, str(pb_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
@@ -34,7 +37,9 @@ def test_grpcio_client(
     assert seen["bad_code"] == "INVALID_ARGUMENT" and "temperature" in seen["bad_details"]
     assert seen["cancelled"]
     assert set(seen["health"].values()) == {"SERVING"}
-    assert {"lmrpc.v1.InferenceService", "lmrpc.v1.ControlService", "grpc.health.v1.Health"} <= set(seen["services"])
+    assert {"lmrpc.v1.InferenceService", "lmrpc.v1.ControlService", "grpc.health.v1.Health"} <= set(
+        seen["services"]
+    )
     assert seen["generate"]["server_streaming"] and not seen["generate"]["client_streaming"]
     assert seen["generate"]["output"] == "lmrpc.v1.GenerateResponse"
     assert {"prompt_info", "delta", "finished", "error", "usage"} <= set(seen["generate"]["fields"])

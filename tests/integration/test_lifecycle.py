@@ -78,7 +78,9 @@ def test_sigterm_drains_streams_in_flight_then_exits_zero() -> None:
         assert refused.value.status == Status.UNAVAILABLE
         responses = await asyncio.wait_for(task, 10)
         finish = [r.finished for r in responses if r.finished is not None]
-        assert len(finish) == 1 and finish[0].reason == FinishReason.LENGTH and finish[0].completion_tokens == 40
+        assert (
+            len(finish) == 1 and finish[0].reason == FinishReason.LENGTH and finish[0].completion_tokens == 40
+        )
 
     try:
         run(server.target, body)

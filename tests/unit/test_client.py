@@ -31,19 +31,26 @@ def scripted(request_id: str, *, broken: str | None = None) -> list[GenerateResp
     """A two-output stream, optionally with one contract violation."""
 
     def delta(index: int, ids: list[int], text: str) -> GenerateResponse:
-        return GenerateResponse(request_id=request_id, delta=TokenDelta(output_index=index, token_ids=ids, text=text))
+        return GenerateResponse(
+            request_id=request_id, delta=TokenDelta(output_index=index, token_ids=ids, text=text)
+        )
 
     def finished(index: int, tokens: int, *, usage: Usage | None = None) -> GenerateResponse:
         return GenerateResponse(
             request_id=request_id,
             finished=OutputFinished(
-                output_index=index, reason=FinishReason.STOP, stop=StopMatch(eos_token_id=2), completion_tokens=tokens
+                output_index=index,
+                reason=FinishReason.STOP,
+                stop=StopMatch(eos_token_id=2),
+                completion_tokens=tokens,
             ),
             usage=usage,
         )
 
     stream = [
-        GenerateResponse(request_id=request_id, prompt_info=PromptInfo(prompt_tokens=3, seed=7, num_outputs=2)),
+        GenerateResponse(
+            request_id=request_id, prompt_info=PromptInfo(prompt_tokens=3, seed=7, num_outputs=2)
+        ),
         delta(0, [10, 11], "ab"),
         delta(1, [20], "x"),
         delta(0, [2], ""),
@@ -58,7 +65,9 @@ def scripted(request_id: str, *, broken: str | None = None) -> list[GenerateResp
     elif broken == "missing_index":
         stream[1] = GenerateResponse(request_id=request_id, delta=TokenDelta(token_ids=[10, 11], text="ab"))
     elif broken == "foreign_id":
-        stream[2] = GenerateResponse(request_id="someone-else", delta=TokenDelta(output_index=1, token_ids=[20]))
+        stream[2] = GenerateResponse(
+            request_id="someone-else", delta=TokenDelta(output_index=1, token_ids=[20])
+        )
     return stream
 
 

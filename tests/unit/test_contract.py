@@ -13,7 +13,6 @@ from types import ModuleType
 from typing import Any
 
 import betterproto2
-import pytest
 from google.protobuf import descriptor as d
 from google.protobuf.message import Message as PbMessage
 
@@ -21,14 +20,18 @@ import lmrpc
 import lmrpc.v1 as sdk
 
 
-def message_classes(pb_modules: dict[str, ModuleType]) -> Iterator[tuple[type[PbMessage], type[betterproto2.Message]]]:
+def message_classes(
+    pb_modules: dict[str, ModuleType],
+) -> Iterator[tuple[type[PbMessage], type[betterproto2.Message]]]:
     for module in pb_modules.values():
-        for name, descriptor in module.DESCRIPTOR.message_types_by_name.items():
+        for name, _descriptor in module.DESCRIPTOR.message_types_by_name.items():
             yield getattr(module, name), getattr(sdk, name)
 
 
 def fill(message: PbMessage, oneof_choice: int, depth: int = 0) -> None:
-    chosen = {o.name: o.fields[oneof_choice % len(o.fields)].name for o in message.DESCRIPTOR.oneofs if o.fields}
+    chosen = {
+        o.name: o.fields[oneof_choice % len(o.fields)].name for o in message.DESCRIPTOR.oneofs if o.fields
+    }
     for field in message.DESCRIPTOR.fields:
         group = field.containing_oneof
         if group is not None and group.fields and chosen.get(group.name) != field.name:
@@ -84,7 +87,9 @@ def test_every_message_round_trips_through_protobuf(pb_modules: dict[str, Module
 def test_presence_of_zero_values_survives_the_wire(pb_modules: dict[str, ModuleType]) -> None:
     pb = pb_modules["lmrpc/v1/inference.proto"]
     ours = sdk.GenerateRequest(
-        text="", sampling=sdk.SamplingParams(temperature=0.0, seed=0, n=0), stopping=sdk.StoppingCriteria(max_tokens=0)
+        text="",
+        sampling=sdk.SamplingParams(temperature=0.0, seed=0, n=0),
+        stopping=sdk.StoppingCriteria(max_tokens=0),
     )
     theirs = pb.GenerateRequest.FromString(bytes(ours))
     assert theirs.WhichOneof("input") == "text"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,7 +40,7 @@ def pieces(decoder: ByteStreamDecoder | WindowDecoder, ids: list[int]) -> list[s
 
 
 @pytest.mark.parametrize("skip_special", [True, False])
-@pytest.mark.parametrize("text", SAMPLES + ["<|im_start|>user\n你<|im_end|>好😀"])
+@pytest.mark.parametrize("text", [*SAMPLES, "<|im_start|>user\n你<|im_end|>好😀"])
 def test_byte_stream_matches_full_decode(
     table: DecodeTable, tokenizer: TokenizerBundle, text: str, skip_special: bool
 ) -> None:
@@ -49,7 +51,9 @@ def test_byte_stream_matches_full_decode(
 
 
 @given(text=texts)
-def test_both_decoders_concatenate_to_the_full_decode(table: DecodeTable, tokenizer: TokenizerBundle, text: str) -> None:
+def test_both_decoders_concatenate_to_the_full_decode(
+    table: DecodeTable, tokenizer: TokenizerBundle, text: str
+) -> None:
     ids = tokenizer.encode(text)
     full = tokenizer.decode(ids)
     for decoder in (ByteStreamDecoder(table, True), WindowDecoder(tokenizer.tokenizer, True)):
@@ -92,7 +96,7 @@ def test_stop_matching_does_not_depend_on_how_text_is_split(
     text: str, stops: list[str], cuts: list[int], include: bool
 ) -> None:
     bounds = sorted({0, len(text), *[min(c, len(text)) for c in cuts]})
-    chunks = [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    chunks = [text[a:b] for a, b in itertools.pairwise(bounds)]
     assert scan_all(tuple(stops), chunks, include) == scan_all(tuple(stops), [text], include)
     emitted, matched = scan_all(tuple(stops), chunks, include)
     if matched is None:
@@ -119,23 +123,31 @@ def test_held_text_is_released_when_it_can_no_longer_match() -> None:
 
 def config(**overrides: object) -> DetokenizeConfig:
     base: dict[str, object] = dict(
-        return_text=True, skip_special_tokens=False, stop_strings=(), include_stop_in_output=False, min_tokens=0
+        return_text=True,
+        skip_special_tokens=False,
+        stop_strings=(),
+        include_stop_in_output=False,
+        min_tokens=0,
     )
     base.update(overrides)
     return DetokenizeConfig(**base)  # type: ignore[arg-type]
 
 
-def test_stop_token_text_is_excluded_but_its_id_is_kept(table: DecodeTable, tokenizer: TokenizerBundle) -> None:
+def test_stop_token_text_is_excluded_but_its_id_is_kept(
+    table: DecodeTable, tokenizer: TokenizerBundle
+) -> None:
     ids = tokenizer.encode("Paris")
     request = RequestText.create(table, "r", 1, config())
-    event, _ = request.process(SequenceOutput("r", 0, ids + [2], finish=Finish("stop", eos_token_id=2)))
-    assert event is not None and event.text == "Paris" and event.token_ids == ids + [2]
+    event, _ = request.process(SequenceOutput("r", 0, [*ids, 2], finish=Finish("stop", eos_token_id=2)))
+    assert event is not None and event.text == "Paris" and event.token_ids == [*ids, 2]
     request = RequestText.create(table, "r", 1, config(include_stop_in_output=True))
-    event, _ = request.process(SequenceOutput("r", 0, ids + [2], finish=Finish("stop", eos_token_id=2)))
+    event, _ = request.process(SequenceOutput("r", 0, [*ids, 2], finish=Finish("stop", eos_token_id=2)))
     assert event is not None and event.text == "Paris<|im_end|>"
 
 
-def test_stop_string_ends_the_output_and_drops_later_tokens(table: DecodeTable, tokenizer: TokenizerBundle) -> None:
+def test_stop_string_ends_the_output_and_drops_later_tokens(
+    table: DecodeTable, tokenizer: TokenizerBundle
+) -> None:
     ids = tokenizer.encode("one two three four")
     request = RequestText.create(table, "r", 1, config(stop_strings=("three",)))
     event, stop_engine = request.process(SequenceOutput("r", 0, ids))
