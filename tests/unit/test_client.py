@@ -149,3 +149,17 @@ def test_connect_parses_targets() -> None:
             LmrpcClient.connect("localhost")
 
     asyncio.run(body())
+
+
+def test_server_listener_says_tcp_so_asyncio_sets_nodelay() -> None:
+    # Without IPPROTO_TCP on the listening socket, accepted connections miss TCP_NODELAY and
+    # every small response waits for a delayed ACK (~40 ms per unary call).
+    import socket
+
+    from reference_server.frontend.app import _bind
+
+    listener = _bind("127.0.0.1", 0)
+    try:
+        assert listener.proto == socket.IPPROTO_TCP
+    finally:
+        listener.close()
