@@ -1,0 +1,88 @@
+"""Releasing resources (ABORT-3, CANCEL-1..3): after an abort, a client cancel or a deadline, GetLoad
+returns to its baseline; other requests never notice. Load-watching cases run alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+from grpclib.const import Status
+
+from conformance.cases._helpers import (
+    expect_released,
+    first_delta,
+    long_request,
+    ok,
+    outputs_tokens,
+    quiet_load,
+    request,
+)
+from conformance.cases.abort import abort
+from conformance.check import CaseSkipped
+from conformance.context import Ctx
+from conformance.registry import case
+from conformance.streams import End
+
+
+@case("ABORT-3", tag="abort", exclusive=True)
+async def released_after_abort(ctx: Ctx) -> None:
+    """After an abort the load returns to what it was before the request."""
+    baseline = await quiet_load(ctx)
+    stream = ctx.open(long_request(ctx, n=min(ctx.info.caps.max_outputs, 2)))
+    await first_delta(ctx, stream)
+    await abort(ctx, stream.record.request_id)
+    await stream.finish(ctx.budgets.release_s)
+    await expect_released(ctx, baseline, "an abort")
+
+
+@case("CANCEL-1", tag="after-begin", exclusive=True)
+async def cancel_after_begin(ctx: Ctx) -> None:
+    """The client resets the call right after sending it: the server releases the request."""
+    baseline = await quiet_load(ctx)
+    stream = ctx.open(long_request(ctx))
+    await asyncio.sleep(0.01)
+    await ctx.cancel(stream)
+    await expect_released(ctx, baseline, "a cancel right after the call began")
+
+
+@case("CANCEL-1", tag="after-first-response", exclusive=True)
+async def cancel_after_first_response(ctx: Ctx) -> None:
+    """The client resets the call after its first token: the server stops and releases the request."""
+    baseline = await quiet_load(ctx)
+    stream = ctx.open(long_request(ctx, n=min(ctx.info.caps.max_outputs, 2)))
+    await first_delta(ctx, stream)
+    await ctx.cancel(stream)
+    await expect_released(ctx, baseline, "a cancel after the first token")
+
+
+@case("CANCEL-2", tag="deadline", exclusive=True)
+async def deadline_expires(ctx: Ctx) -> None:
+    """A deadline on a long generation: the client sees DEADLINE_EXCEEDED (or CANCELLED); the server releases it."""
+    baseline = await quiet_load(ctx)
+    deadline_s = 0.25 * ctx.budgets.scale
+    stream = ctx.open(long_request(ctx), deadline_s=deadline_s)
+    record = await stream.finish(ctx.budgets.stream_s)
+    if record.ended_ok and record.duration_s < deadline_s:
+        raise CaseSkipped(f"the longest generation the window allows finished in {record.duration_s:.2f}s, "
+                          f"before a {deadline_s:.2f}s deadline could expire")
+    expired = record.end is End.DEADLINE or (
+        record.end is End.STATUS and record.status in (Status.DEADLINE_EXCEEDED, Status.CANCELLED))
+    ctx.check.that(expired, f"a {deadline_s:.1f}s deadline on a long generation", "DEADLINE_EXCEEDED or CANCELLED",
+                   record.summary())
+    await expect_released(ctx, baseline, "the deadline expired")
+
+
+@case("CANCEL-3", requires=("deterministic_greedy",))
+async def others_unaffected(ctx: Ctx) -> None:
+    """Cancelling and aborting requests never disturbs a request running beside them."""
+    solo = ok(ctx, await ctx.generate(request(ctx, "The capital of France is", temperature=0.0,
+                                              max_tokens=ctx.tuning.max_tokens * 2)))
+    victims = [ctx.open(long_request(ctx)), ctx.open(long_request(ctx))]
+    bystander = ctx.open(request(ctx, "The capital of France is", temperature=0.0, max_tokens=ctx.tuning.max_tokens * 2))
+    for victim in victims:
+        await first_delta(ctx, victim)
+    await ctx.cancel(victims[0])
+    await abort(ctx, victims[1].record.request_id)
+    record = ok(ctx, await bystander.finish(ctx.budgets.stream_s), "the request beside them")
+    ctx.check.equal("tokens of a request while others were cancelled and aborted", outputs_tokens(solo),
+                    outputs_tokens(record))
+    await victims[1].finish(ctx.budgets.release_s)

@@ -1,0 +1,146 @@
+"""Invalid input and error codes (SAMPLE-5, REQ-1/3/4/5/6, ERR-1/3/4/5): the exact status, no messages,
+never UNKNOWN or INTERNAL, a status message that names the field, and a server that keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError
+
+from conformance.cases._helpers import expect_rejected, long_request, ok, request, status_of
+from conformance.context import Ctx
+from conformance.invalid import INVALID, Invalid, applicable
+from conformance.live import RawMessage
+from conformance.pool import copy_request
+from conformance.props import raise_outcome, search
+from conformance.registry import case
+from conformance.results import Mismatch
+from conformance.streams import End
+from conformance.strategies import invalid_requests
+from lmrpc.v1 import DetokenizeRequest, EmbedRequest, GenerateRequest, TokenizeRequest
+
+
+def _invalid_case(entry: Invalid) -> None:
+    @case(entry.clause, tag=entry.label, requires=entry.requires)
+    async def rejected(ctx: Ctx) -> None:
+        """The request fails with the code the contract gives it, and no messages."""
+        record = await ctx.generate(entry.build(ctx.info, ctx.uid()))
+        expect_rejected(ctx, record, entry.codes, f"Generate with {entry.label}")
+
+    rejected.__doc__ = f"Generate with {entry.label} fails with {'/'.join(c.name for c in entry.codes)}, no messages."
+
+
+for _entry in INVALID:
+    _invalid_case(_entry)
+
+
+@case("ERR-1", tag="generated")
+async def generated_invalid(ctx: Ctx) -> None:
+    """Generated requests with one value out of range: INVALID_ARGUMENT and no messages, never UNKNOWN/INTERNAL."""
+    async def body(drawn: tuple[GenerateRequest, str]) -> list[Mismatch]:
+        req, label = drawn
+        req = copy_request(req)
+        if not label.startswith("request_id"):
+            req.request_id = ctx.uid()
+        record = await ctx.generate(req)
+        if record.end is End.STATUS and record.status is Status.INVALID_ARGUMENT and not record.events:
+            return []
+        return [Mismatch(f"Generate with {label}", "INVALID_ARGUMENT and no messages", status_of(record))]
+
+    strategy = invalid_requests(ctx.info, max_tokens=ctx.tuning.max_tokens)
+    raise_outcome(ctx, await search(ctx, strategy, body, examples=ctx.tuning.examples * 2))
+
+
+@case("ERR-1", tag="control", requires=("tokenize",))
+async def control_invalid(ctx: Ctx) -> None:
+    """Tokenize without input and Detokenize with an id >= vocab_size are INVALID_ARGUMENT."""
+    for method, message in (("tokenize", TokenizeRequest()),
+                            ("detokenize", DetokenizeRequest(token_ids=[1, ctx.info.vocab_size]))):
+        outcome = await ctx.rpc_status(method, message)
+        ctx.check.equal(f"{method}({message!r}) status", Status.INVALID_ARGUMENT.name,
+                        outcome.status.name if outcome.status else "OK")
+
+
+@case("ERR-1", tag="embed", requires=("embed",))
+async def embed_invalid(ctx: Ctx) -> None:
+    """Embed with no texts, or a text longer than max_input_tokens, is INVALID_ARGUMENT."""
+    limit = ctx.info.embedding.max_input_tokens if ctx.info.embedding else 512
+    for label, texts in (("no texts", []), ("a text too long", ["word " * (limit + 16)])):
+        outcome = await ctx.rpc_status("embed", EmbedRequest(request_id=ctx.uid(), texts=texts), service="inference")
+        ctx.check.equal(f"Embed with {label}", Status.INVALID_ARGUMENT.name,
+                        outcome.status.name if outcome.status else "OK")
+
+
+@case("ERR-3")
+async def status_names_field(ctx: Ctx) -> None:
+    """The status message of an invalid request names the offending field (and value)."""
+    entries = [e for e in applicable(ctx.info) if e.field and e.codes == (Status.INVALID_ARGUMENT,)]
+    records = await asyncio.gather(*(ctx.generate(e.build(ctx.info, ctx.uid())) for e in entries))
+    for entry, record in zip(entries, records, strict=True):
+        message = record.status_message.lower()
+        if record.end is not End.STATUS:
+            continue  # the wrong code is ERR-1's and SAMPLE-5's failure, not this clause's
+        ctx.check.that(entry.field.lower() in message, f"status message for {entry.label}",
+                       f"names the field {entry.field!r}", record.status_message)
+        if entry.value:
+            ctx.check.that(entry.value.lower() in message, f"status message for {entry.label}",
+                           f"names the value {entry.value!r}", record.status_message)
+
+
+async def _raw_unary(ctx: Ctx, path: str) -> str:
+    try:
+        async with ctx.session.target.channel.request(path, Cardinality.UNARY_UNARY, RawMessage, RawMessage,
+                                                      timeout=ctx.budgets.rpc_s) as stream:
+            await stream.send_message(RawMessage(b""), end=True)
+            await stream.recv_message()
+            await stream.recv_trailing_metadata()
+        return "OK"
+    except GRPCError as exc:
+        return exc.status.name
+
+
+@case("ERR-4", tag="method")
+async def unknown_method(ctx: Ctx) -> None:
+    """An unknown method of a served service is UNIMPLEMENTED."""
+    for path in ("/lmrpc.v1.InferenceService/NoSuchMethod", "/lmrpc.v1.ControlService/NoSuchMethod"):
+        ctx.check.equal(f"call {path}", Status.UNIMPLEMENTED.name, await _raw_unary(ctx, path))
+
+
+@case("ERR-4", tag="service")
+async def unknown_service(ctx: Ctx) -> None:
+    """A method of an unknown service is UNIMPLEMENTED."""
+    ctx.check.equal("call /lmrpc.v9.NoSuchService/Generate", Status.UNIMPLEMENTED.name,
+                    await _raw_unary(ctx, "/lmrpc.v9.NoSuchService/Generate"))
+
+
+@case("ERR-5")
+async def serves_after_invalid(ctx: Ctx) -> None:
+    """After a burst of invalid requests a valid request succeeds."""
+    entries = applicable(ctx.info)
+    await asyncio.gather(*(ctx.generate(e.build(ctx.info, ctx.uid())) for e in entries))
+    ok(ctx, await ctx.generate(request(ctx, max_tokens=2)), "a valid Generate after invalid ones")
+
+
+@case("REQ-3", budget=2.0)
+async def duplicate_in_flight(ctx: Ctx) -> None:
+    """A second Generate with an in-flight id is ALREADY_EXISTS with no messages; the first is unaffected;
+    the id can be used again once the first has ended."""
+    rid = ctx.uid("dup")
+    first = ctx.open(long_request(ctx, request_id=rid))
+    await first.read_until(lambda e: e.kind == "delta", ctx.budgets.prompt_s)
+    duplicate = await ctx.generate(request(ctx, request_id=rid, max_tokens=1))
+    seen = len(first.events)
+    if not first.done.is_set():
+        expect_rejected(ctx, duplicate, (Status.ALREADY_EXISTS,), "Generate with the id of a request in flight")
+        await first.read_until(lambda e: e.seq > seen, ctx.budgets.prompt_s)
+        unaffected = len(first.events) > seen and first.record.end in (End.OPEN, End.OK)
+        ctx.check.that(unaffected, "the request in flight after the duplicate", "still streaming",
+                       first.record.summary())
+    else:
+        ctx.note("the first request ended before the duplicate arrived; duplicate check not exercised")
+    await ctx.cancel(first)
+    ok_after = await ctx.wait_for(lambda: ctx.generate(request(ctx, request_id=rid, max_tokens=1)),
+                                  lambda r: r.ended_ok, ctx.budgets.release_s, every_s=0.1)
+    ctx.check.that(ok_after[0], "Generate reusing the id after the first request ended", "accepted, status OK",
+                   status_of(ok_after[1]))

@@ -1,0 +1,147 @@
+"""Sampling options (SAMPLE-1..4, 6, 7): defaults, greedy and seeded determinism, n>1 streams.
+
+Exact token comparisons only run where a capability promises determinism (deterministic_greedy,
+seeded_sampling); everything else a nondeterministic server may legitimately vary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from conformance.cases._helpers import ok, outputs_tokens, request
+from conformance.context import Ctx
+from conformance.pool import copy_request
+from conformance.props import raise_outcome, search
+from conformance.registry import case
+from conformance.results import Mismatch
+from conformance.strategies import deterministic_requests
+from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria
+
+
+@case("SAMPLE-1", tag="temperature=0", requires=("deterministic_greedy",))
+async def explicit_zero_is_greedy(ctx: Ctx) -> None:
+    """temperature=0 is greedy (never read as "unset"): different seeds give the same tokens."""
+    seeds = (1, 2) if ctx.info.has("seeded_sampling") else (None, None)
+    runs = await asyncio.gather(*(ctx.generate(request(ctx, "Once upon a time", temperature=0.0, seed=s,
+                                                       ignore_eos=True)) for s in seeds))
+    a, b = (ok(ctx, r) for r in runs)
+    ctx.check.equal("tokens of temperature=0 requests with seeds 1 and 2", outputs_tokens(a), outputs_tokens(b))
+    defaults = ctx.info.model.defaults
+    if defaults is not None and defaults.temperature == 0:
+        ctx.note("the default temperature is 0 too, so 0-versus-unset confusion would be invisible here")
+
+
+@case("SAMPLE-1", tag="n-absent")
+async def n_absent_is_one(ctx: Ctx) -> None:
+    """A request without n has exactly one output."""
+    record = ok(ctx, await ctx.generate(request(ctx, max_tokens=2)))
+    prompt = record.prompt_info
+    ctx.check.equal("PromptInfo.num_outputs without n", 1, prompt.num_outputs if prompt else None)
+    ctx.check.equal("output indices without n", [0], list(record.outputs()))
+
+
+@case("SAMPLE-1", tag="defaults", requires=("seeded_sampling",))
+async def absent_equals_defaults(ctx: Ctx) -> None:
+    """Absent options behave exactly like ModelInfo.defaults sent explicitly (same seed, same tokens)."""
+    d = ctx.info.model.defaults
+    if d is None:
+        ctx.check.fail("ModelInfo.defaults", "present", None)
+        return
+    explicit = SamplingParams(temperature=d.temperature, seed=11)
+    if ctx.info.has("truncation_sampling"):
+        explicit.top_p, explicit.top_k, explicit.min_p = d.top_p, d.top_k, d.min_p
+    if ctx.info.has("penalties"):
+        explicit.frequency_penalty, explicit.presence_penalty = d.frequency_penalty, d.presence_penalty
+        explicit.repetition_penalty = d.repetition_penalty
+    stopping = StoppingCriteria(max_tokens=ctx.tuning.max_tokens, ignore_eos=True)
+    absent = GenerateRequest(request_id=ctx.uid("absent"), text="Once upon a time",
+                             sampling=SamplingParams(seed=11), stopping=stopping)
+    given = GenerateRequest(request_id=ctx.uid("explicit"), text="Once upon a time", sampling=explicit,
+                            stopping=stopping)
+    a, b = (ok(ctx, r) for r in await asyncio.gather(ctx.generate(absent), ctx.generate(given)))
+    ctx.check.equal("tokens with options absent vs ModelInfo.defaults sent explicitly",
+                    outputs_tokens(a), outputs_tokens(b))
+
+
+def _repeat_case(clause: str, requirement: str) -> None:
+    @case(clause, requires=(requirement,))
+    async def repeat(ctx: Ctx) -> None:
+        """The same request gives the same tokens, also while other requests run."""
+        greedy = clause == "SAMPLE-2"
+
+        async def body(req: GenerateRequest) -> list[Mismatch]:
+            req = copy_request(req)
+            sampling = req.sampling or SamplingParams()
+            if greedy:
+                sampling.temperature = 0.0
+            else:
+                sampling.temperature = sampling.temperature or 0.9
+                sampling.seed = sampling.seed if sampling.seed is not None else 5
+            req.sampling = sampling
+            first, again = copy_request(req), copy_request(req)
+            first.request_id, again.request_id = ctx.uid("a"), ctx.uid("b")
+            noise = request(ctx, "Noise: unrelated prompt", temperature=1.0)
+            a = await ctx.generate(first)
+            b, _ = await asyncio.gather(ctx.generate(again), ctx.generate(noise))
+            if not (a.ended_ok and b.ended_ok):
+                return [Mismatch("both runs", "status OK", f"{a.summary()} / {b.summary()}")]
+            if outputs_tokens(a) != outputs_tokens(b):
+                return [Mismatch("tokens of a repeated request", repr(outputs_tokens(a)), repr(outputs_tokens(b)))]
+            return []
+
+        strategy = deterministic_requests(ctx.info, max_tokens=ctx.tuning.max_tokens)
+        raise_outcome(ctx, await search(ctx, strategy, body, examples=max(2, ctx.tuning.examples // 2)))
+
+
+_repeat_case("SAMPLE-2", "deterministic_greedy")
+_repeat_case("SAMPLE-3", "seeded_sampling")
+
+
+@case("SAMPLE-2", tag="n", requires=("deterministic_greedy", "max_outputs>=2"))
+async def greedy_outputs_identical(ctx: Ctx) -> None:
+    """The n outputs of a greedy request are identical."""
+    n = min(ctx.info.caps.max_outputs, 4)
+    record = ok(ctx, await ctx.generate(request(ctx, "Once upon a time", temperature=0.0, n=n, ignore_eos=True)))
+    tokens = outputs_tokens(record)
+    ctx.check.that(len(tokens) == n and all(t == tokens[0] for t in tokens), f"the {n} outputs of a greedy request",
+                   "identical", tokens)
+
+
+@case("SAMPLE-3", tag="per-output", requires=("seeded_sampling", "max_outputs>=3"))
+async def output_streams_per_index(ctx: Ctx) -> None:
+    """Output i samples from (seed, i): outputs 0 and 1 of n=3 equal those of n=2 with the same seed."""
+    runs = await asyncio.gather(*(ctx.generate(request(ctx, "Once upon a time", temperature=1.0, seed=99, n=n,
+                                                       ignore_eos=True)) for n in (2, 3)))
+    two, three = (outputs_tokens(ok(ctx, r)) for r in runs)
+    ctx.check.equal("outputs 0 and 1 of n=3 vs n=2 (same seed)", two, three[:2])
+
+
+@case("SAMPLE-4", tag="picked", requires=("seeded_sampling",))
+async def picked_seed_reproduces(ctx: Ctx) -> None:
+    """Without a seed the server picks one, reports it, and sending it back reproduces the tokens."""
+    first = ok(ctx, await ctx.generate(request(ctx, "Once upon a time", temperature=1.0, ignore_eos=True)))
+    seed = first.prompt_info.seed if first.prompt_info else 0
+    again = ok(ctx, await ctx.generate(request(ctx, "Once upon a time", temperature=1.0, seed=seed, ignore_eos=True)))
+    ctx.check.equal(f"tokens with the reported seed {seed} sent back", outputs_tokens(first), outputs_tokens(again))
+
+
+@case("SAMPLE-6", requires=("seeded_sampling", "max_outputs>=2"))
+async def seeded_outputs_differ(ctx: Ctx) -> None:
+    """With temperature > 0 and a seed the n outputs differ from each other."""
+    n = min(ctx.info.caps.max_outputs, 4)
+    record = ok(ctx, await ctx.generate(request(ctx, "Write a story:", temperature=1.2, seed=3, n=n, ignore_eos=True,
+                                                max_tokens=max(ctx.tuning.max_tokens, 8))))
+    tokens = [tuple(t) for t in outputs_tokens(record)]
+    ctx.check.that(len(set(tokens)) == n, f"the {n} outputs of a seeded request at temperature 1.2",
+                   "pairwise different", tokens)
+
+
+@case("SAMPLE-7", requires=("truncation_sampling", "deterministic_greedy"))
+async def top_k_one_is_greedy(ctx: Ctx) -> None:
+    """top_k=1 gives the greedy tokens at any temperature."""
+    greedy = request(ctx, "The capital of France is", temperature=0.0, ignore_eos=True)
+    top1 = request(ctx, "The capital of France is", temperature=1.5, ignore_eos=True)
+    assert top1.sampling is not None
+    top1.sampling.top_k = 1
+    a, b = (ok(ctx, r) for r in await asyncio.gather(ctx.generate(greedy), ctx.generate(top1)))
+    ctx.check.equal("tokens of top_k=1 at temperature 1.5 vs greedy", outputs_tokens(a), outputs_tokens(b))

@@ -1,0 +1,166 @@
+"""Services, health, reflection, server info and load (SVC-*, HEALTH-*, CAP-3, LOAD-1)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+from google.protobuf import descriptor_pb2
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+from grpclib.reflection.v1 import reflection_grpc as refl_v1
+from grpclib.reflection.v1 import reflection_pb2 as refl_v1_pb2
+from grpclib.reflection.v1alpha import reflection_grpc as refl_v1alpha
+from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
+
+from conformance.cases._helpers import first_delta, long_request, ok, quiet_load, request
+from conformance.clauses import CONTRACT_REVISION
+from conformance.context import Ctx
+from conformance.registry import case
+from lmrpc.v1 import AbortRequest, GetModelInfoRequest, GetServerInfoRequest, RequestIds
+
+LMRPC_SERVICES = ("lmrpc.v1.InferenceService", "lmrpc.v1.ControlService")
+
+
+@case("SVC-1")
+async def both_services_served(ctx: Ctx) -> None:
+    """The mandatory RPCs of both services answer (none is UNIMPLEMENTED)."""
+    for method, message in (("get_server_info", GetServerInfoRequest()), ("get_model_info", GetModelInfoRequest()),
+                            ("abort", AbortRequest(request_ids=RequestIds(ids=[ctx.uid("unknown")])))):
+        outcome = await ctx.rpc_status(method, message)
+        ctx.check.that(outcome.status is None, f"ControlService {method}", "status OK",
+                       f"{outcome.status.name if outcome.status else ''} {outcome.message}")
+    await ctx.load()
+    ok(ctx, await ctx.generate(request(ctx, max_tokens=1)), "InferenceService Generate")
+
+
+@case("SVC-2", tag="health")
+async def health_served(ctx: Ctx) -> None:
+    """grpc.health.v1.Health/Check is served."""
+    try:
+        await HealthStub(ctx.session.target.channel).Check(HealthCheckRequest(service=""), timeout=ctx.budgets.rpc_s)
+    except GRPCError as exc:
+        ctx.check.add("grpc.health.v1.Health/Check", "served", f"{exc.status.name} {exc.message}")
+
+
+def _reflection_case(version: str) -> None:
+    stub_module, pb2 = (refl_v1, refl_v1_pb2) if version == "v1" else (refl_v1alpha, refl_v1alpha_pb2)
+
+    @case("SVC-2", tag=f"reflection-{version}")
+    async def reflection(ctx: Ctx) -> None:
+        """Server reflection lists both lmrpc services and resolves their descriptors."""
+        stub = stub_module.ServerReflectionStub(ctx.session.target.channel)
+        service = f"grpc.reflection.{version}.ServerReflection"
+        try:
+            async with stub.ServerReflectionInfo.open(timeout=ctx.budgets.rpc_s) as stream:
+                await stream.send_message(pb2.ServerReflectionRequest(list_services=""))
+                listed = await stream.recv_message()
+                names = {s.name for s in listed.list_services_response.service} if listed else set()
+                for wanted in LMRPC_SERVICES:
+                    ctx.check.that(wanted in names, f"{service} list_services", f"includes {wanted}", sorted(names))
+                for symbol in LMRPC_SERVICES:
+                    await stream.send_message(pb2.ServerReflectionRequest(file_containing_symbol=symbol))
+                    found = await stream.recv_message()
+                    services = set()
+                    for blob in found.file_descriptor_response.file_descriptor_proto if found else []:
+                        fd = descriptor_pb2.FileDescriptorProto.FromString(blob)
+                        services |= {f"{fd.package}.{s.name}" for s in fd.service}
+                    ctx.check.that(symbol in services, f"{service} file_containing_symbol({symbol})",
+                                   "a file descriptor defining it",
+                                   found.error_response.error_message if found and found.HasField("error_response")
+                                   else sorted(services))
+                await stream.end()
+        except GRPCError as exc:
+            ctx.check.add(service, "served", f"{exc.status.name} {exc.message}")
+
+
+_reflection_case("v1")
+_reflection_case("v1alpha")
+
+
+@case("SVC-3")
+async def contract_revision(ctx: Ctx) -> None:
+    """ServerInfo.contract_revision is the revision the harness checks."""
+    ctx.check.equal("ServerInfo.contract_revision", CONTRACT_REVISION, ctx.info.server.contract_revision)
+
+
+def _in(lo: float, hi: float, value: float, *, lo_open: bool = False) -> bool:
+    return math.isfinite(value) and (lo < value if lo_open else lo <= value) and value <= hi
+
+
+@case("CAP-3")
+async def info_consistent(ctx: Ctx) -> None:
+    """GetServerInfo and GetModelInfo agree with each other and with the SAMPLE-5 ranges."""
+    info, caps, chk = ctx.info, ctx.info.caps, ctx.check
+    model = info.model
+    chk.that(model.vocab_size > 0, "ModelInfo.vocab_size", "> 0", model.vocab_size)
+    chk.that(model.max_context_tokens > 0, "ModelInfo.max_context_tokens", "> 0", model.max_context_tokens)
+    chk.that(all(e < model.vocab_size for e in model.eos_token_ids), "ModelInfo.eos_token_ids", "each < vocab_size",
+             list(model.eos_token_ids))
+    chk.that(caps.max_outputs >= 1, "Capabilities.max_outputs", ">= 1", caps.max_outputs)
+    d = model.defaults
+    if chk.that(d is not None, "ModelInfo.defaults", "present", None) and d is not None:
+        for name, good in (("temperature", d.temperature >= 0 and math.isfinite(d.temperature)),
+                           ("top_p", _in(0, 1, d.top_p, lo_open=True)), ("min_p", _in(0, 1, d.min_p)),
+                           ("frequency_penalty", _in(-2, 2, d.frequency_penalty)),
+                           ("presence_penalty", _in(-2, 2, d.presence_penalty)),
+                           ("repetition_penalty", _in(0, 10, d.repetition_penalty, lo_open=True)),
+                           ("n", 1 <= d.n <= caps.max_outputs), ("max_tokens", d.max_tokens >= 1)):
+            chk.that(good, f"ModelInfo.defaults.{name}", "within the SAMPLE-5 range", getattr(d, name))
+    chk.that((info.embedding is not None) == caps.embed, "GetModelInfoResponse.embedding_model",
+             "present exactly when Capabilities.embed", f"embed={caps.embed}, embedding_model={info.embedding}")
+    if caps.chat_input:
+        chk.that(model.has_chat_template, "ModelInfo.has_chat_template", "true (chat_input is)", False)
+
+
+@case("HEALTH-1")
+async def health_per_service(ctx: Ctx) -> None:
+    """Check answers SERVING for "", both lmrpc services; NOT_FOUND for an unknown service."""
+    stub = HealthStub(ctx.session.target.channel)
+    for service in ("", *LMRPC_SERVICES):
+        try:
+            reply = await stub.Check(HealthCheckRequest(service=service), timeout=ctx.budgets.rpc_s)
+            ctx.check.equal(f"Health.Check({service!r})", "SERVING", HealthCheckResponse.ServingStatus.Name(reply.status))
+        except GRPCError as exc:
+            ctx.check.add(f"Health.Check({service!r})", "SERVING", f"{exc.status.name} {exc.message}")
+    try:
+        reply = await stub.Check(HealthCheckRequest(service="no.such.Service"), timeout=ctx.budgets.rpc_s)
+        ctx.check.add("Health.Check('no.such.Service')", "NOT_FOUND",
+                      f"OK {HealthCheckResponse.ServingStatus.Name(reply.status)}")
+    except GRPCError as exc:
+        ctx.check.equal("Health.Check('no.such.Service')", Status.NOT_FOUND.name, exc.status.name)
+
+
+@case("HEALTH-2", tag="watch")
+async def health_watch(ctx: Ctx) -> None:
+    """Watch streams the current status (SERVING) first."""
+    stub = HealthStub(ctx.session.target.channel)
+    with contextlib.suppress(TimeoutError):
+        async with stub.Watch.open(timeout=ctx.budgets.rpc_s) as stream:
+            await stream.send_message(HealthCheckRequest(service=""), end=True)
+            first = await stream.recv_message()
+            ctx.check.equal("first Health.Watch('') message", "SERVING",
+                            HealthCheckResponse.ServingStatus.Name(first.status) if first else "no message")
+            await stream.cancel()
+
+
+@case("LOAD-1", tag="idle", exclusive=True)
+async def load_idle(ctx: Ctx) -> None:
+    """With nothing in flight every in-flight count of GetLoad is 0."""
+    load = await quiet_load(ctx)
+    for name in ("active_requests", "running_sequences", "waiting_sequences", "kv_tokens_in_use"):
+        ctx.check.equal(f"idle Load.{name}", 0, getattr(load, name))
+
+
+@case("LOAD-1", tag="active", exclusive=True)
+async def load_counts_open_stream(ctx: Ctx) -> None:
+    """While a stream is open its request is counted in active_requests."""
+    baseline = await quiet_load(ctx)
+    stream = ctx.open(long_request(ctx))
+    await first_delta(ctx, stream)
+    load = await ctx.load()
+    ctx.check.that(load.active_requests >= baseline.active_requests + 1, "Load.active_requests with a stream open",
+                   f">= {baseline.active_requests + 1}", load.active_requests)
+    await ctx.cancel(stream)

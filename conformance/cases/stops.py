@@ -1,0 +1,184 @@
+"""Stop conditions (STOP-1..5, FINISH-5, FINISH-6): learn a deterministic output first, then stop it
+at a string or token known to occur, and check where and how it ends."""
+
+from __future__ import annotations
+
+from conformance.cases._helpers import ok, request
+from conformance.check import CaseSkipped
+from conformance.context import Ctx
+from conformance.registry import case
+from conformance.streams import OutputView, StreamRecord
+from lmrpc.v1 import FinishReason, GenerateRequest, ResponseOptions, StopMatch
+
+DETERMINISTIC = "deterministic_greedy|seeded_sampling"
+PROMPT = "Once upon a time"
+
+
+def _pin(ctx: Ctx, req: GenerateRequest) -> GenerateRequest:
+    """Make ``req`` reproducible: greedy, or seeded where greedy is not promised."""
+    assert req.sampling is not None
+    if ctx.info.has("deterministic_greedy"):
+        req.sampling.temperature = 0.0
+    else:
+        req.sampling.temperature, req.sampling.seed = 0.8, 4242
+    return req
+
+
+def _length(ctx: Ctx) -> int:
+    return max(2 * ctx.tuning.max_tokens, 16)
+
+
+async def learn(ctx: Ctx, text: str = PROMPT, **kw: object) -> OutputView:
+    """Output 0 of a reproducible run with ignore_eos (the reference the stop runs are compared with)."""
+    record = ok(ctx, await ctx.generate(_pin(ctx, request(ctx, text, max_tokens=_length(ctx), ignore_eos=True, **kw))))  # type: ignore[arg-type]
+    return record.outputs()[0]
+
+
+async def rerun(ctx: Ctx, text: str = PROMPT, **kw: object) -> tuple[StreamRecord, OutputView]:
+    record = ok(ctx, await ctx.generate(_pin(ctx, request(ctx, text, max_tokens=_length(ctx), **kw))))  # type: ignore[arg-type]
+    return record, record.outputs()[0]
+
+
+def pick_stop_string(text: str) -> tuple[str, int]:
+    """A 2-character stop string from the middle of ``text`` and the index of its first occurrence."""
+    for start in list(range(len(text) // 2, len(text) - 1)) + list(range(1, len(text) // 2)):
+        candidate = text[start:start + 2]
+        if candidate.strip() and "\ufffd" not in candidate and text.find(candidate) >= 1:
+            return candidate, text.find(candidate)
+    raise CaseSkipped(f"no usable stop string in the learned output {text!r}")
+
+
+def pick_stop_token(ids: list[int], avoid: list[int]) -> tuple[int, int]:
+    """A token of ``ids`` and the index of its first occurrence (not the first token, not an EOS)."""
+    for k in list(range(len(ids) // 2, len(ids))) + list(range(1, len(ids) // 2)):
+        if ids[k] not in avoid and ids.index(ids[k]) == k:
+            return ids[k], k
+    raise CaseSkipped(f"no usable stop token in the learned output {ids}")
+
+
+def _stop(view: OutputView) -> StopMatch | None:
+    return view.finish.stop if view.finish else None
+
+
+@case("STOP-1", tag="stop-string", requires=("stop_strings", DETERMINISTIC))
+async def stop_string_hidden(ctx: Ctx) -> None:
+    """The matched stop string never appears in the text (include_stop_in_output unset)."""
+    learned = await learn(ctx)
+    stop, _ = pick_stop_string(learned.text)
+    _, view = await rerun(ctx, stop_strings=[stop], ignore_eos=True)
+    ctx.check.that(stop not in view.text, f"text of an output stopped by {stop!r}", f"without {stop!r}", view.text)
+
+
+@case("STOP-1", tag="include", requires=("stop_strings", DETERMINISTIC))
+async def stop_string_included(ctx: Ctx) -> None:
+    """With include_stop_in_output the text ends with the matched stop string."""
+    learned = await learn(ctx)
+    stop, _ = pick_stop_string(learned.text)
+    _, view = await rerun(ctx, stop_strings=[stop], ignore_eos=True, include_stop=True)
+    ctx.check.that(view.text.endswith(stop), f"text of an output stopped by {stop!r} (included)",
+                   f"ending with {stop!r}", view.text)
+
+
+@case("STOP-1", tag="stop-token", requires=("stop_token_ids", "tokenize", DETERMINISTIC))
+async def stop_token_hidden(ctx: Ctx) -> None:
+    """The matched stop token's text is not in the output text; its id is (token ids are never removed)."""
+    learned = await learn(ctx)
+    token, k = pick_stop_token(learned.token_ids, ctx.info.eos_ids)
+    _, view = await rerun(ctx, stop_token_ids=[token], ignore_eos=True,
+                          response=ResponseOptions(skip_special_tokens=False))
+    want = await ctx.detokenize(learned.token_ids[:k], False)
+    ctx.check.equal(f"text of an output stopped by token {token}", want, view.text)
+    ctx.check.equal("its token ids (the stop token included)", learned.token_ids[:k + 1], view.token_ids)
+
+
+@case("STOP-2", requires=("stop_strings", DETERMINISTIC))
+async def earliest_stop_string(ctx: Ctx) -> None:
+    """The output ends at the earliest occurrence of any stop string; the text before it has none."""
+    learned = await learn(ctx)
+    early, p = pick_stop_string(learned.text)
+    late = learned.text[-2:] if learned.text[-2:].strip() and learned.text.find(learned.text[-2:]) > p else early
+    _, view = await rerun(ctx, stop_strings=[late, early], ignore_eos=True)
+    stop = _stop(view)
+    ctx.check.equal("StopMatch.stop_string", early, stop.stop_string if stop else None)
+    ctx.check.equal(f"text before the earliest stop string {early!r}", learned.text[:p], view.text)
+
+
+@case("STOP-3", requires=("stop_token_ids", DETERMINISTIC))
+async def stop_token_ends(ctx: Ctx) -> None:
+    """The output ends at the first generated token that is a stop token."""
+    learned = await learn(ctx)
+    token, k = pick_stop_token(learned.token_ids, ctx.info.eos_ids)
+    _, view = await rerun(ctx, stop_token_ids=[token], ignore_eos=True)
+    stop = _stop(view)
+    ctx.check.equal("token ids of an output with a stop token", learned.token_ids[:k + 1], view.token_ids)
+    ctx.check.equal("StopMatch.stop_token_id", token, stop.stop_token_id if stop else None)
+
+
+async def find_eos(ctx: Ctx) -> tuple[str, OutputView, int]:
+    """A prompt whose reproducible output contains an EOS token, and its first position; else SKIP."""
+    eos = set(ctx.info.eos_ids)
+    for text in ("Say hi.", PROMPT, "Hello", "1, 2, 3,"):
+        learned = await learn(ctx, text)
+        for k, token in enumerate(learned.token_ids):
+            if token in eos:
+                return text, learned, k
+    raise CaseSkipped(f"no EOS token in {_length(ctx)} tokens of 4 prompts: cannot exercise it")
+
+
+@case("STOP-4", tag="eos", requires=(DETERMINISTIC,))
+async def eos_ends(ctx: Ctx) -> None:
+    """Without ignore_eos an output ends at the first EOS token, reported as eos_token_id."""
+    text, learned, k = await find_eos(ctx)
+    _, view = await rerun(ctx, text, response=ResponseOptions(skip_special_tokens=False))
+    stop = _stop(view)
+    ctx.check.equal("token ids up to the first EOS", learned.token_ids[:k + 1], view.token_ids)
+    ctx.check.equal("StopMatch.eos_token_id", learned.token_ids[k], stop.eos_token_id if stop else None)
+    eos_text = await ctx.detokenize([learned.token_ids[k]], False) if ctx.info.has("tokenize") else ""
+    if eos_text:
+        ctx.check.that(eos_text not in view.text, "text of an output ended by EOS (STOP-1)", f"without {eos_text!r}",
+                       view.text)
+
+
+@case("STOP-4", tag="ignore_eos", requires=(DETERMINISTIC,))
+async def ignore_eos_continues(ctx: Ctx) -> None:
+    """With ignore_eos an EOS token never ends an output."""
+    text, learned, k = await find_eos(ctx)
+    ctx.check.that(len(learned.token_ids) == _length(ctx) and learned.finish is not None
+                   and learned.finish.reason == FinishReason.LENGTH,
+                   f"an ignore_eos output with an EOS at position {k}", f"LENGTH after {_length(ctx)} tokens",
+                   f"{learned.finish.reason.name if learned.finish else '-'} after {len(learned.token_ids)}")
+
+
+@case("FINISH-5", tag="stop-token-is-eos", requires=("stop_token_ids", DETERMINISTIC))
+async def stop_token_wins_over_eos(ctx: Ctx) -> None:
+    """A token that is both a requested stop token and an EOS token reports stop_token_id."""
+    text, learned, k = await find_eos(ctx)
+    token = learned.token_ids[k]
+    _, view = await rerun(ctx, text, stop_token_ids=[token])
+    stop = _stop(view)
+    ctx.check.that(stop is not None and stop.stop_token_id == token, "StopMatch of an EOS that is also a stop token",
+                   f"stop_token_id={token}", stop)
+
+
+@case("STOP-5", requires=("stop_token_ids", DETERMINISTIC))
+async def min_tokens_first(ctx: Ctx) -> None:
+    """No stop condition ends an output before it has min_tokens tokens."""
+    learned = await learn(ctx)
+    token, k = pick_stop_token(learned.token_ids, ctx.info.eos_ids)
+    minimum = min(k + 3, _length(ctx))
+    _, view = await rerun(ctx, stop_token_ids=[token], min_tokens=minimum, ignore_eos=True)
+    ctx.check.that(len(view.token_ids) >= minimum, f"tokens of an output with min_tokens={minimum} and a stop token at {k}",
+                   f">= {minimum}", len(view.token_ids))
+
+
+@case("FINISH-6", tag="ignore_eos")
+async def length_after_max_tokens(ctx: Ctx) -> None:
+    """With ignore_eos and no stop conditions every output ends LENGTH after exactly max_tokens tokens."""
+    n = min(ctx.info.caps.max_outputs, 2)
+    record = ok(ctx, await ctx.generate(request(ctx, PROMPT, ignore_eos=True, n=n, temperature=1.0)))
+    for view in record.outputs().values():
+        finish = view.finish
+        ctx.check.that(finish is not None and finish.reason == FinishReason.LENGTH
+                       and finish.completion_tokens == ctx.tuning.max_tokens,
+                       f"output {view.index}", f"LENGTH after max_tokens={ctx.tuning.max_tokens}",
+                       f"{finish.reason.name} after {finish.completion_tokens}" if finish else "no finish")

@@ -1,0 +1,92 @@
+"""Token counts and limits (USAGE-2, USAGE-6, N-1, REQ-6, REQ-7) that need a setup of their own."""
+
+from __future__ import annotations
+
+import asyncio
+
+from grpclib.const import Status
+
+from conformance.cases._helpers import expect_rejected, ok, outputs_tokens, request
+from conformance.check import CaseSkipped
+from conformance.context import Ctx
+from conformance.registry import case
+from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
+
+TEXTS = ("Hello", "The quick brown fox jumps over the lazy dog.", "日本語のテキスト", "🙂 emoji 🚀", "  spaces  ")
+LONG_PROMPT = ("In the beginning the universe was created. This has made a lot of people very angry and been "
+               "widely regarded as a bad move. Many were increasingly of the opinion that they had all made a big "
+               "mistake in coming down from the trees in the first place.")
+
+
+@case("USAGE-2", tag="tokenize", requires=("tokenize",))
+async def prompt_tokens_match_tokenize(ctx: Ctx) -> None:
+    """prompt_tokens equals the number of ids Tokenize returns for the same text, once whatever n is."""
+    n = min(ctx.info.caps.max_outputs, 3)
+    records = await asyncio.gather(*(ctx.generate(request(ctx, t, max_tokens=1, n=n if i % 2 else None))
+                                     for i, t in enumerate(TEXTS)))
+    for text, record in zip(TEXTS, records, strict=True):
+        ok(ctx, record)
+        want = len(await ctx.tokenize(text))
+        usage = record.usage
+        ctx.check.equal(f"Usage.prompt_tokens for {text!r} (n={record.n})", want, usage.prompt_tokens if usage else None)
+
+
+def _prefix_case(tag: str, text: str) -> None:
+    @case("USAGE-6", tag=tag, requires=("prefix_cache",))
+    async def cached(ctx: Ctx) -> None:
+        """The same prompt sent again after the first request finished reports cached_prompt_tokens > 0."""
+        first = ok(ctx, await ctx.generate(request(ctx, text, temperature=0.0, max_tokens=4)))
+        again = ok(ctx, await ctx.generate(request(ctx, text, temperature=0.0, max_tokens=4)))
+        usage = again.usage
+        prompt = usage.prompt_tokens if usage else 0
+        if prompt < 2:
+            raise CaseSkipped(f"the prompt {text!r} is {prompt} token(s); the clause needs at least 2")
+        ctx.check.that(usage is not None and usage.cached_prompt_tokens > 0,
+                       f"cached_prompt_tokens of a repeated {prompt}-token prompt", "> 0",
+                       usage.cached_prompt_tokens if usage else None)
+        if ctx.info.has("deterministic_greedy"):
+            ctx.check.equal("tokens of the repeated greedy request", outputs_tokens(first), outputs_tokens(again))
+
+    cached.__doc__ = f"A repeated {tag} prompt is served from the prefix cache (cached_prompt_tokens > 0)."
+
+
+_prefix_case("long", LONG_PROMPT)
+_prefix_case("short", "Hi there")
+
+
+@case("N-1", variants=[{"n": 2, "_requires": ("max_outputs>=2",)}, {"n": 4, "_requires": ("max_outputs>=4",)}])
+async def n_outputs(ctx: Ctx) -> None:
+    """An n-output request yields deltas and exactly one OutputFinished for each index 0..n-1, and no others."""
+    n = int(ctx.params["n"])
+    record = ok(ctx, await ctx.generate(request(ctx, "Once upon a time", n=n, temperature=1.0)))
+    outputs = record.outputs()
+    ctx.check.equal("output indices", list(range(n)), list(outputs))
+    for index, view in outputs.items():
+        ctx.check.equal(f"OutputFinished messages of output {index}", 1, len(view.finishes))
+        ctx.check.that(bool(view.deltas), f"TokenDeltas of output {index}", ">= 1", 0)
+
+
+@case("REQ-6", tag="default-lowered", requires=("token_ids_input",), budget=2.0)
+async def default_max_tokens_lowered(ctx: Ctx) -> None:
+    """Without max_tokens, a prompt 2 tokens short of the window is accepted and generates at most 2 tokens."""
+    window = ctx.info.max_context
+    prompt = [ctx.info.eos_ids[0] + 1 if ctx.info.eos_ids else 1] * (window - 2)
+    req = GenerateRequest(request_id=ctx.uid(), token_ids=TokenIds(ids=prompt), sampling=SamplingParams(temperature=0.0))
+    record = ok(ctx, await ctx.generate(req), f"a {window - 2}-token prompt without max_tokens")
+    usage = record.usage
+    ctx.check.that(usage is not None and usage.completion_tokens <= 2, "completion_tokens", "<= 2 (what the window leaves)",
+                   usage.completion_tokens if usage else None)
+
+
+@case("REQ-7", requires=("token_ids_input",))
+async def never_fits(ctx: Ctx) -> None:
+    """A request whose n outputs can never fit the KV cache fails with RESOURCE_EXHAUSTED."""
+    total = (await ctx.load()).kv_tokens_total
+    n, window = ctx.info.caps.max_outputs, ctx.info.max_context
+    prompt = 8
+    need = prompt + n * (window - prompt)
+    if not total or need <= total:
+        raise CaseSkipped(f"every request fits: n={n} x window={window} needs {need} of {total} KV slots")
+    req = GenerateRequest(request_id=ctx.uid(), token_ids=TokenIds(ids=[1] * prompt), sampling=SamplingParams(n=n),
+                          stopping=StoppingCriteria(max_tokens=window - prompt, ignore_eos=True))
+    expect_rejected(ctx, await ctx.generate(req), (Status.RESOURCE_EXHAUSTED,), f"n={n} outputs of {window} tokens")

@@ -1,0 +1,115 @@
+"""``conformance``: run the lmrpc.v1 conformance cases against a server that is already running.
+
+    conformance run --target 127.0.0.1:50051 --level must --junit out/junit.xml --json out/report.json
+    conformance list [--level must] [--run 'ABORT-*']
+    conformance replay out/report.json [CASE_ID ...] [--target host:port]
+
+Exit codes: 0 pass, 1 conformance failure, 2 usage error, 3 target unreachable or harness /
+infrastructure error, 4 stale baseline (and nothing else wrong).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from conformance import HARNESS_VERSION
+from conformance.report.model import EXIT_USAGE
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be > 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 1")
+    return value
+
+
+def _selection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--level", choices=("must", "should", "all"), default="all",
+                        help="which clause level to check (default: all)")
+    parser.add_argument("--run", action="append", default=[], metavar="GLOB",
+                        help="only cases matching GLOB (case or clause ID, * and ? wildcards, @file); repeatable")
+    parser.add_argument("--skip", action="append", default=[], metavar="GLOB",
+                        help="leave out matching cases (for cases that crash or wedge the target); repeatable")
+
+
+def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument("--target", required=required, metavar="HOST:PORT", help="the server under test")
+    parser.add_argument("--time-scale", type=_positive_float, default=1.0, metavar="F",
+                        help="multiply every timeout and budget by F (slow hardware, cold models)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="hypothesis seed; implies --profile explore unless a profile is given")
+    parser.add_argument("--profile", choices=("ci", "explore"), default=None,
+                        help="ci: derandomized, no database (default); explore: random, local database")
+    parser.add_argument("--max-examples", type=_positive_int, default=None, metavar="N",
+                        help="examples per property case (default: tuned per level)")
+    parser.add_argument("--jobs", "-j", type=_positive_int, default=4, metavar="N",
+                        help="cases run concurrently (exclusive cases always run alone; default 4)")
+    tls = parser.add_argument_group("TLS")
+    tls.add_argument("--tls", action="store_true", help="connect with TLS instead of plaintext HTTP/2")
+    tls.add_argument("--tls-ca", metavar="FILE", help="CA bundle to verify the server with")
+    tls.add_argument("--tls-cert", metavar="FILE", help="client certificate (mutual TLS)")
+    tls.add_argument("--tls-key", metavar="FILE", help="client key (mutual TLS)")
+    tls.add_argument("--tls-server-name", metavar="NAME", help="name to verify in the server certificate")
+    tls.add_argument("--tls-insecure", action="store_true", help="do not verify the server certificate")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="conformance", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--version", action="version", version=f"lmrpc conformance {HARNESS_VERSION}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="check a running server (never spawns one)")
+    _target(run, required=True)
+    _selection(run)
+    run.add_argument("--baseline", metavar="FILE", help="TOML file of known failures (each with a reason)")
+    run.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
+    run.add_argument("--json", metavar="FILE", help="write the JSON report (schema lmrpc-conformance/1) here")
+    run.add_argument("--repro-dir", metavar="DIR", default="conformance-repro",
+                     help="write one repro script per failure here (default: ./conformance-repro)")
+    run.add_argument("--verbose", "-v", action="store_true", help="show every case and print repro scripts")
+    run.add_argument("--quiet", "-q", action="store_true", help="print only failures and the summary line")
+
+    listing = commands.add_parser("list", help="list the cases: ID, clause, level, required capabilities")
+    _selection(listing)
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    replay = commands.add_parser("replay", help="re-run the failed cases of a JSON report")
+    replay.add_argument("report", help="a JSON report written by `conformance run --json`")
+    replay.add_argument("cases", nargs="*", metavar="CASE_ID", help="only these cases (default: every failure)")
+    _target(replay, required=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
+        return int(exc.code or 0)
+    from conformance import app
+
+    try:
+        if args.command == "list":
+            return app.list_cases(args)
+        if args.command == "replay":
+            return asyncio.run(app.replay(args))
+        return asyncio.run(app.run(args))
+    except app.UsageError as exc:
+        print(f"conformance: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""What a case body gets: the target, budgets, a mismatch collector, and RPC helpers that record a
+transcript (replayed by the repro script when the case fails)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import betterproto2
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from conformance.budgets import Budgets, Tuning
+from conformance.check import Checker
+from conformance.results import Repro
+from conformance.live import LiveStream
+from conformance.session import Session
+from conformance.streams import StreamRecord
+from conformance.target import TargetInfo
+from lmrpc.v1 import (
+    ControlServiceStub,
+    DetokenizeRequest,
+    GenerateRequest,
+    GetLoadRequest,
+    InferenceServiceStub,
+    Load,
+    TokenizeRequest,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Call:
+    """One RPC of the transcript. ``t_s`` is relative to the case start."""
+
+    t_s: float
+    service: str  # "control" | "inference"
+    method: str  # the stub's method name, e.g. "abort", "generate"
+    request: betterproto2.Message
+    deadline_s: float | None = None
+    cancel_after: int | None = None  # Generate: the client cancelled after this many messages
+    outcome: str = ""
+
+
+@dataclass(slots=True)
+class RpcOutcome:
+    status: Status | None  # None means OK
+    message: str
+    response: Any = None
+
+
+class Ctx:
+    def __init__(self, session: Session, case_id: str, params: dict[str, Any]) -> None:
+        self.session = session
+        self.case_id = case_id
+        self.params = params
+        self.check = Checker()
+        self.transcript: list[Call] = []
+        self.notes: list[str] = []
+        self.loop = asyncio.get_running_loop()
+        self._t0 = time.monotonic()
+        self._streams: list[LiveStream] = []
+        self._calls: dict[int, Call] = {}
+        self.closed = False
+        self.repro: Repro | None = None  # set by property and state-machine cases that shrank a failure
+
+    @property
+    def info(self) -> TargetInfo:
+        return self.session.info
+
+    @property
+    def budgets(self) -> Budgets:
+        return self.session.budgets
+
+    @property
+    def tuning(self) -> Tuning:
+        return self.session.tuning
+
+    def uid(self, tag: str = "") -> str:
+        return self.session.next_id(f"{self.case_id}{'-' + tag if tag else ''}")
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def _record(self, service: str, method: str, request: betterproto2.Message, **extra: Any) -> Call:
+        call = Call(time.monotonic() - self._t0, service, method, request, **extra)
+        self.transcript.append(call)
+        return call
+
+    # ── Generate ─────────────────────────────────────────────
+    def open(self, request: GenerateRequest, *, deadline_s: float | None = None,
+             channel: Channel | None = None) -> LiveStream:
+        """Start a Generate call in the background."""
+        if self.closed:
+            raise asyncio.CancelledError("case already ended")
+        call = self._record("inference", "generate", request, deadline_s=deadline_s)
+        stream = LiveStream(channel or self.session.target.channel, request, deadline_s=deadline_s,
+                            idle_s=self.budgets.idle_s)
+        self._streams.append(stream)
+        self._calls[id(stream)] = call
+        return stream
+
+    async def generate(self, request: GenerateRequest, *, deadline_s: float | None = None) -> StreamRecord:
+        """Run one Generate call to its end (or until it counts as hung)."""
+        stream = self.open(request, deadline_s=deadline_s)
+        record = await stream.finish(self.budgets.stream_s)
+        self._calls[id(stream)].outcome = record.summary()
+        return record
+
+    async def cancel(self, stream: LiveStream) -> None:
+        """Cancel a call from the client side (RST_STREAM), recording after how many messages."""
+        self._calls[id(stream)].cancel_after = len(stream.events)
+        await stream.cancel()
+
+    # ── unary RPCs ───────────────────────────────────────────
+    def _stub(self, service: str) -> ControlServiceStub | InferenceServiceStub:
+        target = self.session.target
+        return target.control if service == "control" else target.inference
+
+    async def rpc(self, method: str, request: betterproto2.Message, *, service: str = "control",
+                  timeout_s: float | None = None) -> Any:
+        """Call a unary RPC; raises GRPCError for a non-OK status."""
+        self._record(service, method, request)
+        bound: Callable[..., Awaitable[Any]] = getattr(self._stub(service), method)
+        return await bound(request, timeout=timeout_s or self.budgets.rpc_s)
+
+    async def rpc_status(self, method: str, request: betterproto2.Message, *,
+                         service: str = "control") -> RpcOutcome:
+        try:
+            return RpcOutcome(None, "", await self.rpc(method, request, service=service))
+        except GRPCError as exc:
+            return RpcOutcome(exc.status, exc.message or "")
+
+    async def load(self) -> Load:
+        response = await self.rpc("get_load", GetLoadRequest())
+        return response.current or Load()
+
+    async def tokenize(self, text: str) -> list[int]:
+        return list((await self.rpc("tokenize", TokenizeRequest(text=text))).token_ids)
+
+    async def detokenize(self, ids: list[int], skip_special_tokens: bool | None = None) -> str:
+        request = DetokenizeRequest(token_ids=ids, skip_special_tokens=skip_special_tokens)
+        return str((await self.rpc("detokenize", request)).text)
+
+    async def wait_for(self, probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool],
+                       budget_s: float, every_s: float = 0.05) -> tuple[bool, T]:
+        """Poll ``probe`` until ``ok`` holds or the budget is spent; returns the last value."""
+        give_up = time.monotonic() + budget_s
+        while True:
+            value = await probe()
+            if ok(value) or time.monotonic() >= give_up:
+                return ok(value), value
+            await asyncio.sleep(every_s)
+
+    # ── lifecycle and the thread bridge for hypothesis ───────
+    def block(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
+        """From a worker thread: run ``coro`` on the case's loop and wait for it."""
+        if self.closed:
+            coro.close()
+            raise asyncio.CancelledError("case already ended")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    async def close(self) -> None:
+        """Cancel whatever the case left running."""
+        self.closed = True
+        await asyncio.gather(*(s.cancel() for s in self._streams if not s.done.is_set()),
+                             return_exceptions=True)

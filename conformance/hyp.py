@@ -1,0 +1,93 @@
+"""Hypothesis, pinned and run off the event loop.
+
+Profiles are registered here and always passed explicitly, so the built-in ``ci`` profile that
+``CI=true`` switches on never changes what the harness does. Property bodies run in a worker thread
+and drive RPCs on the case's event loop through ``Ctx.block``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from conformance.check import CaseFailed
+from conformance.results import Mismatch
+
+T = TypeVar("T")
+
+CI_PROFILE = "conformance-ci"
+EXPLORE_PROFILE = "conformance-explore"
+_SUPPRESS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+_DEFAULT = settings.get_profile("default")  # hypothesis' own defaults, never the "ci" profile
+
+settings.register_profile(CI_PROFILE, parent=_DEFAULT, derandomize=True, database=None, deadline=None,
+                          print_blob=True, suppress_health_check=_SUPPRESS, report_multiple_bugs=False)
+settings.register_profile(EXPLORE_PROFILE, parent=_DEFAULT, derandomize=False, deadline=None, print_blob=True,
+                          database=DirectoryBasedExampleDatabase(".hypothesis/conformance"),
+                          suppress_health_check=_SUPPRESS, report_multiple_bugs=False)
+
+
+class Hung(BaseException):
+    """A property example hung. Not an ``Exception``, so hypothesis stops at once instead of shrinking
+    by re-running examples that each wait out a timeout."""
+
+    def __init__(self, detail: str, example: object) -> None:
+        super().__init__(detail)
+        self.example = example
+
+
+def profile(name: str, max_examples: int, **overrides: Any) -> settings:
+    return settings(settings.get_profile(name), max_examples=max_examples, **overrides)
+
+
+@dataclass(slots=True)
+class PropertyOutcome:
+    passed: bool
+    mismatches: list[Mismatch] = field(default_factory=list)
+    example: str = ""  # the shrunk failing example, as hypothesis printed it
+    blob: str = ""
+    last_failing: Any = None  # the value of the last failing example (the shrunk one)
+    hung: bool = False
+
+
+_BLOB = re.compile(r"@reproduce_failure\((.*?)\)")
+
+
+def _notes(exc: BaseException) -> tuple[str, str]:
+    notes = [n for n in getattr(exc, "__notes__", []) if isinstance(n, str)]
+    blob = next((m.group(0) for n in notes if (m := _BLOB.search(n))), "")
+    shown = [n for n in notes if "reproduce_failure" not in n]
+    return "\n".join(shown).strip(), blob
+
+
+def run_property(strategy: st.SearchStrategy[T], body: Callable[[T], None], config: settings,
+                 seed: int | None = None) -> PropertyOutcome:
+    """Search for an input on which ``body`` raises CaseFailed; shrink it. Runs in the calling thread."""
+    failing: list[Any] = []
+
+    def test(value: T) -> None:
+        try:
+            body(value)
+        except CaseFailed:
+            failing.append(value)
+            raise
+
+    wrapped = settings(config)(given(strategy)(test))
+    if seed is not None and not config.derandomize:
+        wrapped = hypothesis_seed(seed)(wrapped)
+    try:
+        wrapped()
+    except CaseFailed as exc:
+        example, blob = _notes(exc)
+        return PropertyOutcome(False, exc.mismatches, example, blob, failing[-1] if failing else None)
+    except Hung as exc:
+        return PropertyOutcome(False, [Mismatch("the stream's end", "a terminal message, then status OK",
+                                                str(exc))], repr(exc.example), "", exc.example, hung=True)
+    return PropertyOutcome(True)

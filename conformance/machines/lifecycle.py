@@ -1,0 +1,163 @@
+"""A state machine that interleaves start, read, abort, cancel, deadline and health across many
+concurrent requests, then checks the invariants that must survive any interleaving:
+
+- STREAM-6: no request_id cross-talk: a stream only ever carries its own id;
+- FINISH-1: every request that was not cancelled terminates exactly once (one finish per output,
+  or one RequestError, then status OK);
+- USAGE-3: counts are conserved: Usage.completion_tokens = sum of finishes = token ids delivered;
+- ABORT-3: GetLoad is back at its baseline at teardown.
+
+Rules run on the case's event loop through ``Ctx.block``; hypothesis runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from conformance.cases._helpers import expect_released, long_request, quiet_load
+from conformance.check import CaseFailed
+from conformance.context import Ctx
+from conformance.live import LiveStream, StreamStalled
+from conformance.results import Mismatch
+from conformance.streams import End
+from conformance.strategies import valid_requests
+from conformance.validate_core import VALIDATORS, Facts
+from lmrpc.v1 import AbortRequest, GenerateRequest, RequestIds
+
+INVARIANTS = ("STREAM-6", "FINISH-1", "USAGE-3", "ABORT-3")
+
+
+class Stop(BaseException):
+    """Ends the whole search (time budget spent): carries the failure to report."""
+
+    def __init__(self, failure: tuple[str, list[Mismatch], list[str], int]) -> None:
+        super().__init__("machine budget spent")
+        self.failure = failure
+
+
+def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBasedStateMachine]:
+    """A machine class bound to ``ctx`` that asserts only the ``asserted`` invariants."""
+    info = ctx.info
+    small = valid_requests(info, max_tokens=max(2, ctx.tuning.max_tokens // 2), max_n=2)
+    wait = ctx.budgets.rpc_s
+    deadline_s = 0.3 * ctx.budgets.scale
+    started_at = time.monotonic()
+    failures: list[tuple[str, list[Mismatch], list[str], int]] = []
+
+    class Lifecycle(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            if failures and time.monotonic() - started_at > budget_s:
+                raise Stop(failures[-1])
+            self.streams: dict[str, LiveStream] = {}
+            self.cancelled: set[str] = set()
+            self.steps: list[str] = []
+            self.first_call = len(ctx.transcript)
+            self.baseline = ctx.block(quiet_load(ctx), wait * 2)
+
+        def _fail(self, clause: str, mismatches: list[Mismatch]) -> None:
+            failures.append((clause, mismatches, list(self.steps), self.first_call))
+            raise CaseFailed(mismatches)
+
+        def _open(self, req: GenerateRequest, deadline: float | None = None) -> None:
+            async def start() -> LiveStream:  # streams are tasks of the case's loop, not of this thread
+                return ctx.open(req, deadline_s=deadline)
+
+            self.streams[req.request_id] = ctx.block(start(), wait)
+
+        def _pick(self, data: st.DataObject, *, open_only: bool = False) -> str:
+            names = sorted(r for r, s in self.streams.items() if not open_only or not s.done.is_set())
+            return data.draw(st.sampled_from(names))
+
+        @rule(req=small)
+        def start(self, req: GenerateRequest) -> None:
+            req = GenerateRequest.parse(bytes(req))
+            req.request_id = ctx.uid("m")
+            self.steps.append(f"start({req!r})")
+            self._open(req)
+
+        @rule(n=st.sampled_from([1, min(2, info.caps.max_outputs)]))
+        def start_long(self, n: int) -> None:
+            req = long_request(ctx, n=n)
+            self.steps.append(f"start_long({req.request_id!r}, n={n})")
+            self._open(req)
+
+        @rule()
+        def start_with_deadline(self) -> None:
+            req = long_request(ctx)
+            self.steps.append(f"start_with_deadline({req.request_id!r}, {deadline_s:.2f}s)")
+            self.cancelled.add(req.request_id)  # a deadline ends the call like a cancel
+            self._open(req, deadline_s)
+
+        @precondition(lambda self: any(not s.done.is_set() for s in self.streams.values()))
+        @rule(data=st.data())
+        def read(self, data: st.DataObject) -> None:
+            rid = self._pick(data, open_only=True)
+            self.steps.append(f"read({rid!r})")
+            try:
+                ctx.block(self.streams[rid].next(0.5 * ctx.budgets.scale), wait)
+            except StreamStalled:
+                pass
+
+        @precondition(lambda self: bool(self.streams))
+        @rule(data=st.data())
+        def abort(self, data: st.DataObject) -> None:
+            rid = self._pick(data)
+            self.steps.append(f"abort({rid!r})")
+            ctx.block(ctx.rpc("abort", AbortRequest(request_ids=RequestIds(ids=[rid]))), wait)
+
+        @precondition(lambda self: any(not s.done.is_set() for s in self.streams.values()))
+        @rule(data=st.data())
+        def cancel(self, data: st.DataObject) -> None:
+            rid = self._pick(data, open_only=True)
+            self.steps.append(f"cancel({rid!r})")
+            self.cancelled.add(rid)
+            ctx.block(ctx.cancel(self.streams[rid]), wait)
+
+        @rule()
+        def health(self) -> None:
+            self.steps.append("health()")
+            ctx.block(ctx.load(), wait)
+
+        @invariant()
+        def no_cross_talk(self) -> None:
+            if "STREAM-6" not in asserted:
+                return
+            for rid, stream in self.streams.items():
+                foreign = {e.message.request_id for e in stream.events} - {rid, ""}
+                if foreign:
+                    self._fail("STREAM-6", [Mismatch(f"request ids on stream {rid!r}", repr(rid), repr(sorted(foreign)))])
+
+        def teardown(self) -> None:
+            for rid, stream in self.streams.items():
+                if not stream.done.is_set() and rid not in self.cancelled:
+                    ctx.block(ctx.rpc("abort", AbortRequest(request_ids=RequestIds(ids=[rid]))), wait)
+            records = {rid: ctx.block(s.finish(ctx.budgets.stream_s), ctx.budgets.stream_s * 2)
+                       for rid, s in self.streams.items()}
+            self.steps.append("teardown()")
+            facts = Facts(info)
+            for rid, record in records.items():
+                if rid in self.cancelled and record.end in (End.CANCELLED, End.DEADLINE):
+                    continue
+                for clause, validators in (("FINISH-1", ("FINISH-1", "FINISH-3")), ("USAGE-3", ("USAGE-3", "USAGE-5"))):
+                    if clause in asserted:
+                        found = [m for v in validators for m in VALIDATORS[v](record, facts)]
+                        if record.end not in (End.OK, End.CANCELLED) and clause == "FINISH-1":
+                            found.append(Mismatch(f"how {rid!r} ended", "status OK", record.summary()))
+                        if found:
+                            self._fail(clause, found)
+            if "ABORT-3" in asserted:
+                ctx.check.mismatches.clear()
+                if not ctx.block(expect_released(ctx, self.baseline, "every request ended"), wait * 2):
+                    self._fail("ABORT-3", list(ctx.check.mismatches))
+                    ctx.check.mismatches.clear()
+
+    Lifecycle.failures = failures  # type: ignore[attr-defined]
+    return Lifecycle
+
+
+def describe(steps: list[str]) -> str:
+    return "\n".join(["state = Lifecycle()", *(f"state.{s}" for s in steps)])

@@ -1,0 +1,92 @@
+"""The human view: a progress bar while cases run, then one table per clause group, then every
+failure with its clause, want/got lines and repro, then the badge line."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.syntax import Syntax
+from rich.table import Table
+
+from conformance.clauses import CLAUSES
+from conformance.registry import Case
+from conformance.report.model import RunReport, badge
+from conformance.results import CaseResult, Verdict
+from conformance.runner import Progress as RunProgress
+
+STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.SKIP: "yellow", Verdict.NOT_RUN: "dim",
+         Verdict.XFAIL: "magenta", Verdict.ERROR: "bold red"}
+
+
+def progress_bar(console: Console, total: int) -> tuple[Progress, RunProgress]:
+    bar = Progress(TextColumn("[bold]conformance"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.description}"), console=console, transient=True)
+    task = bar.add_task("", total=total)
+    failures = [0]
+
+    def on_start(case: Case) -> None:
+        bar.update(task, description=escape(case.id))
+
+    def on_result(result: CaseResult) -> None:
+        failures[0] += result.verdict.is_failure
+        bar.update(task, advance=1, description=f"[red]{failures[0]} failing" if failures[0] else "")
+
+    return bar, RunProgress(on_start, on_result)
+
+
+def render(console: Console, report: RunReport, *, verbose: bool = False) -> None:
+    groups: dict[str, list[CaseResult]] = defaultdict(list)
+    for result in report.results:
+        groups[CLAUSES[result.clause].section].append(result)
+    for section, results in groups.items():
+        if not verbose and all(r.verdict is Verdict.NOT_RUN for r in results):
+            continue
+        table = Table(title=section, title_justify="left", expand=False, show_edge=False)
+        table.add_column("case")
+        table.add_column("level")
+        table.add_column("verdict")
+        table.add_column("time", justify="right")
+        table.add_column("detail", overflow="fold", max_width=80)
+        for r in results:
+            if r.verdict is Verdict.NOT_RUN and not verbose and r.reason.startswith("not run"):
+                continue
+            detail = r.baseline_reason if r.verdict is Verdict.XFAIL else r.reason
+            table.add_row(escape(r.case_id), r.level, f"[{STYLE[r.verdict]}]{r.verdict.value}",
+                          f"{r.duration_s:.2f}s", escape(detail))
+        console.print(table)
+    for r in report.results:
+        if r.verdict.is_failure:
+            _failure(console, r, verbose)
+    for line in report.stale:
+        console.print(f"[bold magenta]STALE BASELINE[/] {escape(line)}")
+    if report.aborted:
+        console.print(f"[bold red]run stopped early:[/] {escape(report.aborted)}")
+    counts = report.counts()
+    console.print(" ".join(f"[{STYLE[v]}]{v.value} {counts[v]}[/]" for v in Verdict if counts[v])
+                  + f"  in {report.duration_s:.1f}s")
+    console.print(f"[bold]{escape(badge(report))}")
+
+
+def _failure(console: Console, r: CaseResult, verbose: bool) -> None:
+    clause = CLAUSES[r.clause]
+    body = [f"[bold]{clause.id}[/] ({clause.level.value}) {escape(clause.text)}", ""]
+    for m in r.mismatches:
+        body.append(f"[bold]{escape(m.what)}[/]\n  want: [green]{escape(m.want)}[/]\n  got:  [red]{escape(m.got)}[/]")
+    if not r.mismatches:
+        body.append(escape(r.reason))
+    if r.repro and r.repro.example:
+        body += ["", "[bold]minimal repro[/]", escape(r.repro.example)]
+    if r.repro and r.repro.blob:
+        body.append(escape(r.repro.blob))
+    if r.notes and r.verdict is Verdict.ERROR:
+        body += ["", escape(r.notes[-1])]
+    if r.repro and r.repro.script_path:
+        body += ["", f"[bold]repro script[/]: python {escape(r.repro.script_path)} [host:port]"]
+    console.print(Panel("\n".join(body), title=f"[{STYLE[r.verdict]}]{r.verdict.value} {escape(r.case_id)}",
+                        title_align="left", border_style="red"))
+    if verbose and r.repro and r.repro.script:
+        console.print(Syntax(r.repro.script, "python", line_numbers=False, word_wrap=True))

@@ -1,0 +1,137 @@
+"""The server under test: where it is, what it says it is, and the channels the harness uses.
+
+The harness never spawns a server. It connects to ``host:port``, reads GetServerInfo and
+GetModelInfo once, and derives every case's preconditions from what the server advertises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass, field
+
+from grpclib.client import Channel
+from grpclib.config import Configuration
+
+from lmrpc.v1 import (
+    Capabilities,
+    ControlServiceStub,
+    EmbeddingModelInfo,
+    GetModelInfoRequest,
+    GetServerInfoRequest,
+    InferenceServiceStub,
+    ModelInfo,
+    ServerInfo,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsOptions:
+    ca_file: str | None = None  # trust this CA instead of the system store
+    cert_file: str | None = None  # client certificate (mutual TLS)
+    key_file: str | None = None
+    server_name: str | None = None  # SNI / hostname to verify, when it differs from the target host
+    insecure: bool = False  # do not verify the server certificate
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        context.set_alpn_protocols(["h2"])
+        return context
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
+    tls: TlsOptions | None = None
+
+    @staticmethod
+    def parse(target: str, tls: TlsOptions | None = None) -> Endpoint:
+        host, sep, port = target.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"target={target!r} must be host:port")
+        return Endpoint(host.strip("[]") or "127.0.0.1", int(port), tls)
+
+    def channel(self) -> Channel:
+        if self.tls is None:
+            return Channel(self.host, self.port)
+        config = Configuration(ssl_target_name_override=self.tls.server_name) if self.tls.server_name else None
+        return Channel(self.host, self.port, ssl=self.tls.context(), config=config)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(slots=True)
+class TargetInfo:
+    """What the server advertises about itself."""
+
+    server: ServerInfo
+    model: ModelInfo
+    embedding: EmbeddingModelInfo | None
+
+    @property
+    def caps(self) -> Capabilities:
+        return self.server.capabilities or Capabilities()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    @property
+    def max_context(self) -> int:
+        return self.model.max_context_tokens
+
+    @property
+    def eos_ids(self) -> list[int]:
+        return list(self.model.eos_token_ids)
+
+    def has(self, requirement: str) -> bool:
+        """Evaluate one requirement: ``tokenize``, ``!stop_strings`` (absent), ``max_outputs>=4``, ``a|b``."""
+        if "|" in requirement:
+            return any(self.has(part) for part in requirement.split("|"))
+        if requirement.startswith("!"):
+            return not self.has(requirement[1:])
+        name, _, minimum = requirement.partition(">=")
+        value = getattr(self.caps, name)
+        return bool(value) if not minimum else int(value) >= int(minimum)
+
+
+@dataclass(slots=True)
+class Target:
+    endpoint: Endpoint
+    info: TargetInfo
+    channel: Channel
+    control: ControlServiceStub
+    inference: InferenceServiceStub
+    _extra: list[Channel] = field(default_factory=list)
+
+    @staticmethod
+    async def connect(endpoint: Endpoint, timeout_s: float) -> Target:
+        """Open the shared channel and read the server's info. Raises on an unreachable target."""
+        channel = endpoint.channel()
+        control = ControlServiceStub(channel)
+        try:
+            server = await asyncio.wait_for(control.get_server_info(GetServerInfoRequest()), timeout_s)
+            model = await asyncio.wait_for(control.get_model_info(GetModelInfoRequest()), timeout_s)
+        except BaseException:
+            channel.close()
+            raise
+        info = TargetInfo(server.server or ServerInfo(), model.model or ModelInfo(), model.embedding_model)
+        return Target(endpoint, info, channel, control, InferenceServiceStub(channel))
+
+    def fresh_channel(self) -> Channel:
+        """A separate HTTP/2 connection, for cases that must not share one (closed with the target)."""
+        channel = self.endpoint.channel()
+        self._extra.append(channel)
+        return channel
+
+    def close(self) -> None:
+        for channel in [self.channel, *self._extra]:
+            channel.close()
+        self._extra.clear()
