@@ -1,0 +1,45 @@
+"""Attention backends over the token-slot KV pool: ``sdpa`` (torch, CPU and CUDA, batch
+invariant) and ``flashinfer`` (CUDA). ``auto`` picks flashinfer on CUDA when it is installed."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from reference_server.engine.attention.base import AttentionBackend, AttentionBatch, SeqSpan
+from reference_server.engine.attention.flashinfer import FlashInferBackend, flashinfer_available
+from reference_server.engine.attention.sdpa import SdpaBackend
+from reference_server.engine.kv_pool import KVPool, SlotTable
+
+BackendName = Literal["auto", "sdpa", "flashinfer"]
+
+__all__ = [
+    "AttentionBackend",
+    "AttentionBatch",
+    "BackendName",
+    "SeqSpan",
+    "create_attention_backend",
+    "kv_cache_dtype",
+    "resolve_backend",
+]
+
+
+def resolve_backend(name: BackendName, device: torch.device) -> Literal["sdpa", "flashinfer"]:
+    if name == "auto":
+        return "flashinfer" if device.type == "cuda" and flashinfer_available() else "sdpa"
+    return name
+
+
+def kv_cache_dtype(backend: Literal["sdpa", "flashinfer"], device: torch.device, model_dtype: torch.dtype) -> torch.dtype:
+    """The sdpa backend does its math in float32; on CPU, storing K/V as float32 (an exact
+    widening of the model's values) saves an upcast copy of every gathered key per layer."""
+    return torch.float32 if backend == "sdpa" and device.type == "cpu" else model_dtype
+
+
+def create_attention_backend(
+    name: Literal["sdpa", "flashinfer"], pool: KVPool, table: SlotTable, *, num_heads: int, num_kv_heads: int, head_dim: int
+) -> AttentionBackend:
+    if name == "flashinfer":
+        return FlashInferBackend(pool, table, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+    return SdpaBackend(pool, table, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)

@@ -1,0 +1,112 @@
+"""The scheduling policy: which sequences run in the next step, and how many tokens each.
+
+Continuous batching: one step mixes decode tokens (one per running output) with chunks of
+prompt prefill, up to ``max_batch_tokens`` tokens in all. Waiting request groups are admitted
+first come, first served, all ``n`` outputs at once, when the KV space and sequence rows they
+may ever need are available; a group that does not fit waits, and so do the groups behind it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from reference_server.engine.sequence import RequestGroup, Sequence
+
+
+class Admission(Protocol):
+    def try_admit(self, group: RequestGroup) -> bool:
+        """Reserve everything ``group`` may need (rows, cached prefix, worst-case KV) and return
+        True, or change nothing and return False."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatcherConfig:
+    max_batch_tokens: int
+    max_running_sequences: int
+
+    def __post_init__(self) -> None:
+        if self.max_running_sequences < 1:
+            raise ValueError(f"max_running_sequences={self.max_running_sequences} must be >= 1")
+        if self.max_batch_tokens < self.max_running_sequences:
+            raise ValueError(
+                f"max_batch_tokens={self.max_batch_tokens} must be >= "
+                f"max_running_sequences={self.max_running_sequences} (every running output decodes each step)"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledChunk:
+    seq: Sequence
+    start: int  # position of the first token fed (the sequence's computed tokens at scheduling)
+    num_tokens: int
+    samples: bool  # the chunk reaches the sequence's last token: its logits give the next token
+
+    @classmethod
+    def next_for(cls, seq: Sequence, budget: int) -> ScheduledChunk:
+        n = min(seq.num_pending_tokens, budget)
+        return cls(seq, seq.num_computed_tokens, n, seq.num_computed_tokens + n == seq.num_tokens)
+
+
+class Batcher:
+    def __init__(self, config: BatcherConfig, admission: Admission) -> None:
+        self.config = config
+        self.admission = admission
+        self.waiting: deque[RequestGroup] = deque()
+        self.running: dict[str, RequestGroup] = {}
+
+    def add(self, group: RequestGroup) -> None:
+        self.waiting.append(group)
+
+    def pop(self, rid: str) -> RequestGroup | None:
+        """Remove a group, waiting or running."""
+        group = self.running.pop(rid, None)
+        if group is not None:
+            return group
+        for waiting in self.waiting:
+            if waiting.rid == rid:
+                self.waiting.remove(waiting)
+                return waiting
+        return None
+
+    @property
+    def num_running_sequences(self) -> int:
+        return sum(len(g.active_outputs()) for g in self.running.values())
+
+    @property
+    def num_waiting_sequences(self) -> int:
+        return sum(g.request.num_outputs for g in self.waiting)
+
+    def schedule(self) -> list[ScheduledChunk]:
+        budget = self.config.max_batch_tokens
+        chunks: list[ScheduledChunk] = []
+        for group in self.running.values():
+            if group.forked:
+                for seq in group.active_outputs():
+                    chunks.append(ScheduledChunk.next_for(seq, 1))
+        budget -= len(chunks)  # >= 0: max_batch_tokens >= max_running_sequences
+        for group in self.running.values():
+            if not group.forked and budget > 0:
+                chunk = self._prefill_chunk(group, budget)
+                chunks.append(chunk)
+                budget -= chunk.num_tokens
+        running = self.num_running_sequences
+        while self.waiting and budget > 0:
+            group = self.waiting[0]
+            if running + group.request.num_outputs > self.config.max_running_sequences:
+                break
+            if not self.admission.try_admit(group):
+                break
+            self.waiting.popleft()
+            self.running[group.rid] = group
+            running += group.request.num_outputs
+            chunk = self._prefill_chunk(group, budget)
+            chunks.append(chunk)
+            budget -= chunk.num_tokens
+        return chunks
+
+    @staticmethod
+    def _prefill_chunk(group: RequestGroup, budget: int) -> ScheduledChunk:
+        return ScheduledChunk.next_for(group.prefill_sequence, budget)

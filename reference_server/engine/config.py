@@ -1,0 +1,57 @@
+"""Configuration of the real model engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from reference_server.models.source import ModelSource, resolve_model
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+ATTENTION_BACKENDS = ("auto", "sdpa", "flashinfer")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEngineConfig:
+    source: ModelSource = field(default_factory=lambda: resolve_model(None))
+    device: str = "auto"  # auto: cuda when available, else cpu; "cuda:1" also works
+    dtype: str = "auto"  # auto: bfloat16 (float16 on GPUs without bf16); or a DTYPES key
+    kv_tokens: int = 32768  # KV slots (one token each) shared by all sequences and the prefix cache
+    max_running_sequences: int = 64  # outputs decoding at once (n>1 requests count n)
+    max_batch_tokens: int = 512  # tokens per forward pass: the chunked-prefill budget
+    attention_backend: str = "auto"  # auto: flashinfer on CUDA when installed, else sdpa
+    load_embedding_model: bool = True
+
+    def __post_init__(self) -> None:
+        if self.device.split(":", 1)[0] not in DEVICES:
+            raise ValueError(f"device={self.device!r} must be one of {', '.join(DEVICES)} (or cuda:N)")
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r} must be 'auto' or one of {', '.join(DTYPES)}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention_backend={self.attention_backend!r} must be one of {', '.join(ATTENTION_BACKENDS)}")
+        if self.kv_tokens < 1:
+            raise ValueError(f"kv_tokens={self.kv_tokens} must be >= 1")
+        if self.max_running_sequences < 1:
+            raise ValueError(f"max_running_sequences={self.max_running_sequences} must be >= 1")
+        if self.max_batch_tokens < self.max_running_sequences:
+            raise ValueError(
+                f"max_batch_tokens={self.max_batch_tokens} must be >= max_running_sequences="
+                f"{self.max_running_sequences} (every running output decodes one token per step)"
+            )
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = torch.device(self.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device={self.device!r} but CUDA is not available")
+        return device
+
+    def torch_dtype(self, device: torch.device) -> torch.dtype:
+        if self.dtype != "auto":
+            return DTYPES[self.dtype]
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            return torch.float16
+        return torch.bfloat16

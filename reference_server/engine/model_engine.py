@@ -1,0 +1,223 @@
+"""The real model engine: Llama on the token-slot KV pool, continuous batching, prefix cache."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from reference_server.engine.attention import create_attention_backend, kv_cache_dtype, resolve_backend
+from reference_server.engine.batcher import Batcher, BatcherConfig, ScheduledChunk
+from reference_server.engine.config import ModelEngineConfig
+from reference_server.engine.embedding import SentenceEmbedder
+from reference_server.engine.kv_manager import KVManager
+from reference_server.engine.kv_pool import KVPool, SlotTable
+from reference_server.engine.model_runner import ModelRunner
+from reference_server.engine.sampler import SampleRow, sample
+from reference_server.engine.sequence import RequestGroup, Sequence
+from reference_server.ipc import (
+    EngineInfo,
+    EngineLoad,
+    Finish,
+    SequenceOutput,
+    SubmitRequest,
+    TokenLogprob,
+    derive_seed,
+)
+from reference_server.models.loader import load_llama
+from reference_server.models.tokenizer import load_tokenizer
+
+log = logging.getLogger("lmrpc.engine")
+
+SLOT_TABLE_WIDTH_MULTIPLE = 256  # attention pads key lists; the table must cover the padding
+
+
+class ModelEngine:
+    def __init__(self, config: ModelEngineConfig) -> None:
+        self.config = config
+        self.device = config.torch_device()
+        self.dtype = config.torch_dtype(self.device)
+        tokenizer = load_tokenizer(config.source)
+        self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
+        self.bos_token_id = tokenizer.bos_token_id
+        self.model = load_llama(config.source, device=self.device, dtype=self.dtype)
+        mc = self.model.config
+        backend = resolve_backend(config.attention_backend, self.device)  # type: ignore[arg-type]
+        pool = KVPool(
+            num_slots=config.kv_tokens, num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads,
+            head_dim=mc.head_dim, dtype=kv_cache_dtype(backend, self.device, self.dtype), device=self.device,
+        )  # fmt: skip
+        width = -(-mc.max_context_tokens // SLOT_TABLE_WIDTH_MULTIPLE) * SLOT_TABLE_WIDTH_MULTIPLE
+        table = SlotTable(max_rows=config.max_running_sequences, max_context_tokens=width, device=self.device)
+        self.kv = KVManager(pool, table)
+        self.attention = create_attention_backend(
+            backend, pool, table, num_heads=mc.num_heads, num_kv_heads=mc.num_kv_heads, head_dim=mc.head_dim,
+        )  # fmt: skip
+        self.runner = ModelRunner(self.model, table, self.attention)
+        self.batcher = Batcher(BatcherConfig(config.max_batch_tokens, config.max_running_sequences), self.kv)
+        self.embedder = SentenceEmbedder(device=self.device) if config.load_embedding_model else None
+        self._rejected: list[SequenceOutput] = []
+        log.info(
+            "model engine: %s on %s (%s), attention %s, %d KV slots",
+            config.source.model_id, self.device, self.dtype, self.attention.name, config.kv_tokens,
+        )  # fmt: skip
+
+    # ── Engine protocol ─────────────────────────────────────────────────────────────────────
+
+    def info(self) -> EngineInfo:
+        c, mc, e = self.config, self.model.config, self.embedder
+        return EngineInfo(
+            model_id=c.source.model_id,
+            architecture="llama",
+            vocab_size=mc.vocab_size,
+            max_context_tokens=mc.max_context_tokens,
+            eos_token_ids=sorted(self.eos_token_ids),
+            bos_token_id=self.bos_token_id,
+            kv_tokens_total=c.kv_tokens,
+            max_running_sequences=c.max_running_sequences,
+            prefix_cache=True,
+            deterministic_greedy=True,
+            embedding_model_id=e.model_id if e else None,
+            embedding_dimensions=e.dimensions if e else 0,
+            embedding_max_tokens=e.max_tokens if e else 0,
+        )
+
+    def add_request(self, request: SubmitRequest) -> None:
+        group = RequestGroup.create(request)
+        for seq in group.outputs:
+            seq.generator = torch.Generator().manual_seed(derive_seed(request.sampling.seed, seq.output_index))
+        too_big = len(request.prompt_ids) + request.num_outputs * request.stopping.max_tokens > self.config.kv_tokens
+        if request.num_outputs > self.config.max_running_sequences or too_big:
+            # the frontend validates against info(); waiting would block every later request
+            log.warning("request %s can never fit this engine; finishing it as aborted", request.rid)
+            self._rejected += [SequenceOutput(request.rid, s.output_index, [], finish=Finish("aborted")) for s in group.outputs]
+            return
+        self.batcher.add(group)
+
+    def abort_request(self, rid: str) -> list[SequenceOutput]:
+        rejected = [o for o in self._rejected if o.rid == rid]
+        if rejected:
+            self._rejected = [o for o in self._rejected if o.rid != rid]
+            return rejected
+        group = self.batcher.pop(rid)
+        if group is None:
+            return []
+        outputs = [SequenceOutput(rid, s.output_index, [], finish=Finish("aborted")) for s in group.active_outputs()]
+        for seq in group.active_outputs():
+            self.kv.release(seq)
+        self.kv.finish_group(group)
+        return outputs
+
+    def finish_output(self, rid: str, output_index: int) -> None:
+        group = self.batcher.running.get(rid)
+        if group is None or not group.forked or not 0 <= output_index < len(group.outputs):
+            return
+        seq = group.outputs[output_index]
+        if not seq.finished:
+            self.kv.release(seq)
+            self._retire_if_done(group)
+
+    def has_work(self) -> bool:
+        return bool(self.batcher.waiting or self.batcher.running or self._rejected)
+
+    def step(self) -> list[SequenceOutput]:
+        results, self._rejected = self._rejected, []
+        chunks = self.batcher.schedule()
+        if not chunks:
+            return results
+        running = self.batcher.running
+        slots = self.kv.alloc([(running[c.seq.rid], c.num_tokens) for c in chunks])
+        logits = self.runner.forward(chunks, slots)
+        for chunk in chunks:
+            chunk.seq.num_computed_tokens += chunk.num_tokens
+        rows, targets = self._sample_rows([c for c in chunks if c.samples])
+        for (group, seq), sampled in zip(targets, sample(logits, rows), strict=True):
+            results.append(self._append(group, seq, sampled.token_id, sampled.logprob))
+        for group in {id(g): g for g, _ in targets}.values():
+            self._retire_if_done(group)
+        return results
+
+    def load(self, *, paused: bool) -> EngineLoad:
+        kv = self.kv
+        return EngineLoad(
+            running_sequences=self.batcher.num_running_sequences,
+            waiting_sequences=self.batcher.num_waiting_sequences,
+            kv_tokens_in_use=kv.pool.num_slots - kv.pool.num_free - kv.cache.evictable_size,
+            kv_tokens_total=kv.pool.num_slots,
+            kv_tokens_cached=kv.cache.evictable_size,
+            paused=paused,
+            requests_in_engine=len(self.batcher.waiting) + len(self.batcher.running),
+        )
+
+    def flush_cache(self) -> int:
+        return self.kv.flush()
+
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
+        if self.embedder is None:
+            raise ValueError("this engine was started without an embedding model")
+        return self.embedder.embed(texts)
+
+    # ── internals ───────────────────────────────────────────────────────────────────────────
+
+    def check_integrity(self) -> None:
+        """Every KV slot is free, cached or owned by exactly one running output (tests call this)."""
+        self.kv.check_integrity(list(self.batcher.running.values()))
+
+    def _sample_rows(self, chunks: list[ScheduledChunk]) -> tuple[list[SampleRow], list[tuple[RequestGroup, Sequence]]]:
+        rows: list[SampleRow] = []
+        targets: list[tuple[RequestGroup, Sequence]] = []
+        for logits_row, chunk in enumerate(chunks):
+            group = self.batcher.running[chunk.seq.rid]
+            seqs = [chunk.seq]
+            if not group.forked:  # the prompt is complete: every output samples from these logits
+                self.kv.fork(group)
+                seqs = group.outputs
+            for seq in seqs:
+                rows.append(self._sample_row(group, seq, logits_row))
+                targets.append((group, seq))
+        return rows, targets
+
+    def _sample_row(self, group: RequestGroup, seq: Sequence, logits_row: int) -> SampleRow:
+        request = group.request
+        stopping = request.stopping
+        masked: tuple[int, ...] = ()
+        if seq.num_output_tokens < stopping.min_tokens:
+            eos = () if stopping.ignore_eos else tuple(sorted(self.eos_token_ids))
+            masked = tuple(stopping.stop_token_ids) + eos
+        return SampleRow(
+            logits_row=logits_row,
+            sampling=request.sampling,
+            generator=seq.generator,
+            prompt_ids=request.prompt_ids,
+            output_ids=seq.output_ids,
+            masked_ids=masked,
+            top_logprobs=request.top_logprobs,
+        )
+
+    def _append(self, group: RequestGroup, seq: Sequence, token_id: int, logprob: TokenLogprob | None) -> SequenceOutput:
+        seq.token_ids.append(token_id)
+        finish = self._finish(group.request, seq, token_id)
+        if finish is not None:
+            self.kv.release(seq)
+        cached = None
+        if not group.reported_cache:
+            group.reported_cache = True
+            cached = group.num_cached_prompt_tokens
+        return SequenceOutput(
+            group.rid, seq.output_index, [token_id], None if logprob is None else [logprob], finish, cached
+        )
+
+    def _finish(self, request: SubmitRequest, seq: Sequence, token_id: int) -> Finish | None:
+        stopping = request.stopping
+        if token_id in stopping.stop_token_ids:
+            return Finish("stop", stop_token_id=token_id)
+        if token_id in self.eos_token_ids and not stopping.ignore_eos:
+            return Finish("stop", eos_token_id=token_id)
+        if seq.num_output_tokens >= stopping.max_tokens or seq.num_tokens >= self.model.config.max_context_tokens:
+            return Finish("length")
+        return None
+
+    def _retire_if_done(self, group: RequestGroup) -> None:
+        if group.done:
+            self.batcher.running.pop(group.rid, None)
+            self.kv.finish_group(group)

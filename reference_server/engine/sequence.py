@@ -1,0 +1,89 @@
+"""Engine-side state of a request group and its outputs (no tensors: the batcher reads these)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from reference_server.ipc import SubmitRequest
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One output of a request. Output 0 also prefills the shared prompt."""
+
+    rid: str
+    output_index: int
+    token_ids: list[int]  # prompt, then generated tokens
+    num_prompt_tokens: int
+    num_computed_tokens: int = 0  # leading tokens whose K/V is in the cache
+    num_locked_tokens: int = 0  # leading tokens whose slots belong to the prefix cache (locked)
+    lock_node: Any = None  # the prefix-cache node this sequence holds a lock on
+    row: int | None = None  # slot-table row while admitted
+    generator: Any = None  # torch.Generator, created by the engine
+    finished: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_pending_tokens(self) -> int:
+        """Tokens still to run through the model before the next token can be sampled."""
+        return len(self.token_ids) - self.num_computed_tokens
+
+
+@dataclass(eq=False)
+class RequestGroup:
+    """A request's ``num_outputs`` outputs, admitted all-or-nothing. The prompt is prefilled once
+    by output 0; after its last chunk every output samples its first token from the same logits
+    and shares the prompt's KV slots through the prefix cache."""
+
+    request: SubmitRequest
+    outputs: list[Sequence]
+    num_cached_prompt_tokens: int = 0
+    kv_reserved: int = 0  # worst-case slots still reserved for this group
+    reported_cache: bool = False
+    forked: bool = False  # the prompt is prefilled and every output has its first token
+
+    @classmethod
+    def create(cls, request: SubmitRequest) -> RequestGroup:
+        outputs = [
+            Sequence(request.rid, i, list(request.prompt_ids), len(request.prompt_ids))
+            for i in range(request.num_outputs)
+        ]
+        return cls(request, outputs)
+
+    @property
+    def rid(self) -> str:
+        return self.request.rid
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.request.prompt_ids)
+
+    @property
+    def kv_worst_case(self) -> int:
+        """Slots the group can ever need beyond its cached prefix: the uncached prompt, then
+        every output's tokens (the last sampled token of an output never needs a slot)."""
+        s = self.request.stopping
+        return self.num_prompt_tokens - self.num_cached_prompt_tokens + self.request.num_outputs * (s.max_tokens - 1)
+
+    @property
+    def prefill_sequence(self) -> Sequence:
+        return self.outputs[0]
+
+    def active_outputs(self) -> list[Sequence]:
+        return [s for s in self.outputs if not s.finished]
+
+    @property
+    def done(self) -> bool:
+        return all(s.finished for s in self.outputs)

@@ -1,0 +1,198 @@
+"""Llama in plain torch, over flattened variable-length batches.
+
+One forward pass takes the new tokens of every scheduled sequence concatenated into one row
+per token (no padding between sequences), each with its own position; attention is delegated
+to a backend that knows which rows belong to which sequence and where their KV lives. Only the
+rows that need logits go through the LM head.
+
+Row invariance: a token's hidden state must not depend on how many other rows share the
+forward pass (batch-invariant greedy/seeded outputs). CPU GEMMs pick a different reduction
+order for very small row counts (bf16 oneDNN: 1 row; fp32 MKL: up to 3 rows), so every matmul
+here sees at least ``MIN_GEMM_ROWS`` rows; shorter inputs are padded with zero rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MIN_GEMM_ROWS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaConfig:
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rms_norm_eps: float
+    vocab_size: int
+    max_context_tokens: int
+    tie_embeddings: bool
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+class Attention(Protocol):
+    """What a decoder layer needs from the attention backend for the current step."""
+
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q [T, H, D], k/v [T, KVH, D] for the step's new tokens (plus padding rows at the end).
+        Stores k/v in the KV cache and returns attention output [T, H, D]."""
+        ...
+
+
+def _linear(in_features: int, out_features: int, dtype: torch.dtype) -> nn.Linear:
+    return nn.Linear(in_features, out_features, bias=False, device="meta", dtype=dtype)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(size, dtype=dtype, device="meta"), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: the float32 residual stream → normalized, in the weights' dtype."""
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * self.weight.float()).to(self.weight.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half RoPE (Hugging Face convention) with a precomputed cos/sin table."""
+
+    def __init__(self, head_dim: int, theta: float, max_positions: int, device: torch.device) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        # plain attributes, not buffers: the tables stay float32 and survive to_empty()
+        self.cos = freqs.cos().to(device)  # [max_positions, D/2]
+        self.sin = freqs.sin().to(device)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        cos = self.cos[positions][:, None, :]  # [T, 1, D/2]
+        sin = self.sin[positions][:, None, :]
+        xf = x.float()
+        x1, x2 = xf.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: LlamaConfig, index: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.index = index
+        self.config = config
+        h, i = config.hidden_size, config.intermediate_size
+        self.input_norm = RMSNorm(h, config.rms_norm_eps, dtype)
+        self.qkv_proj = _linear(h, config.q_size + 2 * config.kv_size, dtype)
+        self.o_proj = _linear(config.q_size, h, dtype)
+        self.post_attention_norm = RMSNorm(h, config.rms_norm_eps, dtype)
+        self.gate_up_proj = _linear(h, 2 * i, dtype)
+        self.down_proj = _linear(i, h, dtype)
+
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attention: Attention
+    ) -> torch.Tensor:
+        c = self.config
+        rows = x.shape[0]
+        qkv = self.qkv_proj(self.input_norm(x))
+        q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
+        q = rope(positions, q.view(rows, c.num_heads, c.head_dim))
+        k = rope(positions, k.view(rows, c.num_kv_heads, c.head_dim))
+        out = attention.forward(self.index, q, k, v.view(rows, c.num_kv_heads, c.head_dim))
+        x = x + self.o_proj(out.reshape(rows, c.q_size)).float()
+        gate, up = self.gate_up_proj(self.post_attention_norm(x)).chunk(2, dim=-1)
+        return x + self.down_proj(F.silu(gate) * up).float()
+
+
+class LlamaModel(nn.Module):
+    """Weights are uninitialized until ``load_hf_state_dict``."""
+
+    def __init__(self, config: LlamaConfig, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.config = config
+        h = config.hidden_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, h, device="meta", dtype=dtype)
+        self.layers = nn.ModuleList(DecoderLayer(config, i, dtype) for i in range(config.num_layers))
+        self.norm = RMSNorm(h, config.rms_norm_eps, dtype)
+        self.rope = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_context_tokens, device)
+        self.lm_head = None if config.tie_embeddings else _linear(h, config.vocab_size, dtype)
+        self.requires_grad_(False)
+        self.to_empty(device=device)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: Attention) -> torch.Tensor:
+        """input_ids, positions [T] → final hidden states [T, hidden] (after the last norm).
+        The residual stream stays float32 between layers; matmuls run in the weights' dtype."""
+        num_tokens = input_ids.shape[0]
+        pad = MIN_GEMM_ROWS - num_tokens
+        if pad > 0:
+            input_ids = F.pad(input_ids, (0, pad))
+            positions = F.pad(positions, (0, pad))
+        x = self.embed_tokens(input_ids).float()
+        for layer in self.layers:
+            x = layer(x, positions, self.rope, attention)
+        return self.norm(x[:num_tokens])
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [B, hidden] → float32 logits [B, vocab]."""
+        rows = hidden.shape[0]
+        if rows < MIN_GEMM_ROWS:
+            hidden = F.pad(hidden, (0, 0, 0, MIN_GEMM_ROWS - rows))
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight)[:rows].float()
+
+    def load_hf_state_dict(self, weights: dict[str, torch.Tensor]) -> None:
+        """Load Hugging Face-named Llama weights (any float dtype), fusing qkv and gate/up.
+        Consumes ``weights`` (entries are popped) to keep the peak memory low."""
+        dtype = self.embed_tokens.weight.dtype
+
+        def take(name: str) -> torch.Tensor:
+            if name not in weights:
+                raise ValueError(f"checkpoint lacks tensor {name!r}")
+            return weights.pop(name).to(dtype)
+
+        with torch.no_grad():
+            self.embed_tokens.weight.copy_(take("model.embed_tokens.weight"))
+            self.norm.weight.copy_(take("model.norm.weight"))
+            if self.lm_head is not None:
+                self.lm_head.weight.copy_(take("lm_head.weight"))
+            else:
+                weights.pop("lm_head.weight", None)  # some tied checkpoints still store a copy
+            for i, layer in enumerate(self.layers):
+                p = f"model.layers.{i}."
+                assert isinstance(layer, DecoderLayer)
+                layer.input_norm.weight.copy_(take(p + "input_layernorm.weight"))
+                layer.post_attention_norm.weight.copy_(take(p + "post_attention_layernorm.weight"))
+                attn = [take(p + f"self_attn.{n}_proj.weight") for n in ("q", "k", "v")]
+                layer.qkv_proj.weight.copy_(torch.cat(attn))
+                layer.o_proj.weight.copy_(take(p + "self_attn.o_proj.weight"))
+                mlp = [take(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")]
+                layer.gate_up_proj.weight.copy_(torch.cat(mlp))
+                layer.down_proj.weight.copy_(take(p + "mlp.down_proj.weight"))
+        if weights:
+            raise ValueError(f"checkpoint has unexpected tensors: {sorted(weights)[:5]}")
