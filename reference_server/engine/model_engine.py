@@ -85,12 +85,20 @@ class ModelEngine:
     def add_request(self, request: SubmitRequest) -> None:
         group = RequestGroup.create(request)
         for seq in group.outputs:
-            seq.generator = torch.Generator().manual_seed(derive_seed(request.sampling.seed, seq.output_index))
-        too_big = len(request.prompt_ids) + request.num_outputs * request.stopping.max_tokens > self.config.kv_tokens
+            seq.generator = torch.Generator().manual_seed(
+                derive_seed(request.sampling.seed, seq.output_index)
+            )
+        too_big = (
+            len(request.prompt_ids) + request.num_outputs * request.stopping.max_tokens
+            > self.config.kv_tokens
+        )
         if request.num_outputs > self.config.max_running_sequences or too_big:
             # the frontend validates against info(); waiting would block every later request
             log.warning("request %s can never fit this engine; finishing it as aborted", request.rid)
-            self._rejected += [SequenceOutput(request.rid, s.output_index, [], finish=Finish("aborted")) for s in group.outputs]
+            self._rejected += [
+                SequenceOutput(request.rid, s.output_index, [], finish=Finish("aborted"))
+                for s in group.outputs
+            ]
             return
         self.batcher.add(group)
 
@@ -102,7 +110,9 @@ class ModelEngine:
         group = self.batcher.pop(rid)
         if group is None:
             return []
-        outputs = [SequenceOutput(rid, s.output_index, [], finish=Finish("aborted")) for s in group.active_outputs()]
+        outputs = [
+            SequenceOutput(rid, s.output_index, [], finish=Finish("aborted")) for s in group.active_outputs()
+        ]
         for seq in group.active_outputs():
             self.kv.release(seq)
         self.kv.finish_group(group)
@@ -163,7 +173,9 @@ class ModelEngine:
         """Every KV slot is free, cached or owned by exactly one running output (tests call this)."""
         self.kv.check_integrity(list(self.batcher.running.values()))
 
-    def _sample_rows(self, chunks: list[ScheduledChunk]) -> tuple[list[SampleRow], list[tuple[RequestGroup, Sequence]]]:
+    def _sample_rows(
+        self, chunks: list[ScheduledChunk]
+    ) -> tuple[list[SampleRow], list[tuple[RequestGroup, Sequence]]]:
         rows: list[SampleRow] = []
         targets: list[tuple[RequestGroup, Sequence]] = []
         for logits_row, chunk in enumerate(chunks):
@@ -194,7 +206,9 @@ class ModelEngine:
             top_logprobs=request.top_logprobs,
         )
 
-    def _append(self, group: RequestGroup, seq: Sequence, token_id: int, logprob: TokenLogprob | None) -> SequenceOutput:
+    def _append(
+        self, group: RequestGroup, seq: Sequence, token_id: int, logprob: TokenLogprob | None
+    ) -> SequenceOutput:
         seq.token_ids.append(token_id)
         finish = self._finish(group.request, seq, token_id)
         if finish is not None:
@@ -213,7 +227,10 @@ class ModelEngine:
             return Finish("stop", stop_token_id=token_id)
         if token_id in self.eos_token_ids and not stopping.ignore_eos:
             return Finish("stop", eos_token_id=token_id)
-        if seq.num_output_tokens >= stopping.max_tokens or seq.num_tokens >= self.model.config.max_context_tokens:
+        if (
+            seq.num_output_tokens >= stopping.max_tokens
+            or seq.num_tokens >= self.model.config.max_context_tokens
+        ):
             return Finish("length")
         return None
 

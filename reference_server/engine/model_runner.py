@@ -39,7 +39,7 @@ class ModelRunner:
         new_slots = slots.to(device)
         self.table.write(torch.tensor(rows, device=device), position_t, new_slots)
         self.attention.plan(AttentionBatch(spans, len(token_ids), new_slots))
-        hidden = self.model(torch.tensor(token_ids, device=device), position_t, self.attention)
+        hidden: torch.Tensor = self.model(torch.tensor(token_ids, device=device), position_t, self.attention)
         if not last_rows:
             return hidden.new_empty((0, self.model.config.vocab_size), dtype=torch.float32)
         return self.model.compute_logits(hidden.index_select(0, torch.tensor(last_rows, device=device)))

@@ -17,7 +17,7 @@ _EMPTY = torch.empty(0, dtype=torch.int64)
 
 
 class RadixNode:
-    __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access")
+    __slots__ = ("children", "key", "last_access", "lock_ref", "parent", "value")
 
     def __init__(self, key: list[int], value: torch.Tensor, parent: RadixNode | None) -> None:
         self.key = key

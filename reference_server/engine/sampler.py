@@ -48,10 +48,14 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> list[SampledToken]:
             processed[i, ids] = float("-inf")
     tokens = processed.argmax(-1)
     for truncate in (False, True):
-        drawn = [i for i, r in enumerate(rows) if not r.sampling.is_greedy and _truncates(r.sampling) == truncate]
+        drawn = [
+            i for i, r in enumerate(rows) if not r.sampling.is_greedy and _truncates(r.sampling) == truncate
+        ]
         if drawn:
             index = torch.tensor(drawn, device=device)
-            tokens[index] = _draw(processed.index_select(0, index), [rows[i] for i in drawn], truncate=truncate)
+            tokens[index] = _draw(
+                processed.index_select(0, index), [rows[i] for i in drawn], truncate=truncate
+            )
     token_list: list[int] = tokens.tolist()
     logprobs = _logprobs(raw, tokens, token_list, rows)
     return [SampledToken(t, lp) for t, lp in zip(token_list, logprobs, strict=True)]
@@ -93,6 +97,7 @@ def _draw(logits: torch.Tensor, rows: list[SampleRow], *, truncate: bool) -> tor
     device = logits.device
     vocab = logits.shape[1]
     temperature = torch.tensor([r.sampling.temperature for r in rows], device=device)[:, None]
+    order: torch.Tensor | None = None  # sorted position → token id
     if truncate:
         # a stable sort keeps the lowest id first among equal logits, as argmax does
         logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
@@ -112,7 +117,9 @@ def _draw(logits: torch.Tensor, rows: list[SampleRow], *, truncate: bool) -> tor
     # u * total can round up to the total itself; fall back to the last token with mass
     last_kept = vocab - 1 - (probs > 0).flip(-1).to(torch.int8).argmax(-1, keepdim=True)
     picked = torch.minimum(picked, last_kept)
-    return (order.gather(-1, picked) if truncate else picked).squeeze(-1)  # type: ignore[possibly-undefined]
+    if order is not None:
+        picked = order.gather(-1, picked)
+    return picked.squeeze(-1)
 
 
 def _logprobs(

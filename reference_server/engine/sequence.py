@@ -75,7 +75,11 @@ class RequestGroup:
         """Slots the group can ever need beyond its cached prefix: the uncached prompt, then
         every output's tokens (the last sampled token of an output never needs a slot)."""
         s = self.request.stopping
-        return self.num_prompt_tokens - self.num_cached_prompt_tokens + self.request.num_outputs * (s.max_tokens - 1)
+        return (
+            self.num_prompt_tokens
+            - self.num_cached_prompt_tokens
+            + self.request.num_outputs * (s.max_tokens - 1)
+        )
 
     @property
     def prefill_sequence(self) -> Sequence:

@@ -27,7 +27,9 @@ def load_hf_llama(folder: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
 def hf_llama_config(raw: dict[str, Any], folder: Path) -> LlamaConfig:
     model_type = raw.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"{folder}: model_type {model_type!r} is not supported ({', '.join(SUPPORTED_MODEL_TYPES)})")
+        raise ValueError(
+            f"{folder}: model_type {model_type!r} is not supported ({', '.join(SUPPORTED_MODEL_TYPES)})"
+        )
     if raw.get("attention_bias") or raw.get("mlp_bias"):
         raise ValueError(f"{folder}: attention_bias/mlp_bias are not supported")
     if raw.get("sliding_window") is not None and model_type == "mistral":

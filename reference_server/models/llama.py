@@ -38,11 +38,20 @@ class LlamaConfig:
     tie_embeddings: bool
 
     def __post_init__(self) -> None:
-        for name in ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim"):
+        for name in (
+            "num_layers",
+            "hidden_size",
+            "intermediate_size",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
+            raise ValueError(
+                f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
+            )
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
 
@@ -125,7 +134,8 @@ class DecoderLayer(nn.Module):
         out = attention.forward(self.index, q, k, v.view(rows, c.num_kv_heads, c.head_dim))
         x = x + self.o_proj(out.reshape(rows, c.q_size)).float()
         gate, up = self.gate_up_proj(self.post_attention_norm(x)).chunk(2, dim=-1)
-        return x + self.down_proj(F.silu(gate) * up).float()
+        mlp: torch.Tensor = self.down_proj(F.silu(gate) * up)
+        return x + mlp.float()
 
 
 class LlamaModel(nn.Module):
@@ -155,7 +165,8 @@ class LlamaModel(nn.Module):
         x = self.embed_tokens(input_ids).float()
         for layer in self.layers:
             x = layer(x, positions, self.rope, attention)
-        return self.norm(x[:num_tokens])
+        hidden: torch.Tensor = self.norm(x[:num_tokens])
+        return hidden
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,9 @@ DETOKENIZE = DetokenizeConfig(True, True, (), False, 0)
 
 
 def sampling(temperature: float = 0.0, *, seed: int = 0, **options: float) -> SamplingConfig:
-    base = dict(top_p=1.0, top_k=0, min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0)
+    base = dict(
+        top_p=1.0, top_k=0, min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0
+    )
     base.update(options)
     return SamplingConfig(temperature=temperature, seed=seed, **base)  # type: ignore[arg-type]
 
@@ -64,9 +66,7 @@ class Result:
             self.finishes[key] = out.finish
 
 
-def run(
-    engine: ModelEngine, arrivals: dict[int, list[SubmitRequest]], *, max_steps: int = 10_000
-) -> Result:
+def run(engine: ModelEngine, arrivals: dict[int, list[SubmitRequest]], *, max_steps: int = 10_000) -> Result:
     """Add each request at its step, step until idle, check KV integrity after every step."""
     result = Result()
     pending = dict(arrivals)
@@ -88,7 +88,12 @@ def run(
 def assert_idle(engine: ModelEngine) -> None:
     engine.check_integrity()
     load = engine.load(paused=False)
-    assert (load.running_sequences, load.waiting_sequences, load.kv_tokens_in_use, load.requests_in_engine) == (
+    assert (
+        load.running_sequences,
+        load.waiting_sequences,
+        load.kv_tokens_in_use,
+        load.requests_in_engine,
+    ) == (
         0,
         0,
         0,

@@ -3,15 +3,16 @@ rules, abort and finish_output, KV accounting. One engine for the whole module."
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import pytest
+from engine_driver import assert_idle, request, run, sampling
 
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.model_engine import ModelEngine
 from reference_server.ipc import Finish, SubmitRequest
 from reference_server.models.tokenizer import TokenizerBundle
-from engine_driver import assert_idle, request, run, sampling
 
 pytestmark = pytest.mark.model
 
@@ -20,7 +21,9 @@ pytestmark = pytest.mark.model
 def engine() -> Iterator[ModelEngine]:
     # a small token budget forces chunked prefill when many prompts arrive together
     yield ModelEngine(
-        ModelEngineConfig(kv_tokens=12288, max_running_sequences=32, max_batch_tokens=96, load_embedding_model=False)
+        ModelEngineConfig(
+            kv_tokens=12288, max_running_sequences=32, max_batch_tokens=96, load_embedding_model=False
+        )
     )
 
 
@@ -34,7 +37,9 @@ SEEDED = sampling(0.9, seed=1234, top_p=0.95)
 
 def test_mixed_batch_gives_the_same_tokens_as_alone(engine: ModelEngine, tokenizer: TokenizerBundle) -> None:
     greedy = request("greedy", chat(tokenizer, FRANCE), max_tokens=24)
-    seeded = request("seeded", chat(tokenizer, "Write a haiku about the sea."), n=2, sampling_config=SEEDED, max_tokens=24)
+    seeded = request(
+        "seeded", chat(tokenizer, "Write a haiku about the sea."), n=2, sampling_config=SEEDED, max_tokens=24
+    )
     alone_greedy = run(engine, {0: [greedy]}).tokens[("greedy", 0)]
     alone_seeded = run(engine, {0: [seeded]}).tokens
     engine.flush_cache()  # the batched run must not lean on the prefix cache of the solo runs
@@ -42,18 +47,50 @@ def test_mixed_batch_gives_the_same_tokens_as_alone(engine: ModelEngine, tokeniz
     long_text = " ".join(f"Item {i}: the quick brown fox jumps over the lazy dog." for i in range(25))
     others: list[SubmitRequest] = [
         request("long", chat(tokenizer, long_text), max_tokens=12),
-        request("n3", chat(tokenizer, "Name three primary colors."), n=3, sampling_config=sampling(1.0, seed=5), max_tokens=10),
-        request("topk", chat(tokenizer, "Tell me a joke."), sampling_config=sampling(0.7, seed=9, top_k=20), max_tokens=14),
-        request("minp", chat(tokenizer, "What is 12 + 30?"), sampling_config=sampling(1.1, seed=3, min_p=0.05), max_tokens=9),
-        request("pen", chat(tokenizer, "List some fruits."), sampling_config=sampling(0.0, repetition_penalty=1.3, frequency_penalty=0.5), max_tokens=12),
+        request(
+            "n3",
+            chat(tokenizer, "Name three primary colors."),
+            n=3,
+            sampling_config=sampling(1.0, seed=5),
+            max_tokens=10,
+        ),
+        request(
+            "topk",
+            chat(tokenizer, "Tell me a joke."),
+            sampling_config=sampling(0.7, seed=9, top_k=20),
+            max_tokens=14,
+        ),
+        request(
+            "minp",
+            chat(tokenizer, "What is 12 + 30?"),
+            sampling_config=sampling(1.1, seed=3, min_p=0.05),
+            max_tokens=9,
+        ),
+        request(
+            "pen",
+            chat(tokenizer, "List some fruits."),
+            sampling_config=sampling(0.0, repetition_penalty=1.3, frequency_penalty=0.5),
+            max_tokens=12,
+        ),
         request("short", [1, 2, 3], max_tokens=20),
         request("one", [42], max_tokens=5),
         request("n2greedy", chat(tokenizer, "Hello!"), n=2, max_tokens=8),
-        request("lp", chat(tokenizer, "Describe a cat."), sampling_config=sampling(0.8, seed=11), top_logprobs=3, max_tokens=10),
+        request(
+            "lp",
+            chat(tokenizer, "Describe a cat."),
+            sampling_config=sampling(0.8, seed=11),
+            top_logprobs=3,
+            max_tokens=10,
+        ),
         request("mid", chat(tokenizer, long_text[:400]), max_tokens=6),
         request("eos", chat(tokenizer, "Say hi."), ignore_eos=False, max_tokens=30),
         request("late1", chat(tokenizer, "Why is the sky blue?"), max_tokens=15),
-        request("late2", chat(tokenizer, FRANCE + " Answer briefly."), sampling_config=sampling(0.5, seed=2), max_tokens=11),
+        request(
+            "late2",
+            chat(tokenizer, FRANCE + " Answer briefly."),
+            sampling_config=sampling(0.5, seed=2),
+            max_tokens=11,
+        ),
         request("late3", list(range(100, 160)), max_tokens=7),
     ]
     arrivals = {0: [others[0], others[1], others[2]], 1: others[3:6], 2: [greedy, others[6]], 4: others[7:10]}
@@ -119,7 +156,7 @@ def test_logprobs_are_raw_model_logprobs(engine: ModelEngine, tokenizer: Tokeniz
     for token, lp in zip(tokens, logprobs, strict=True):
         assert lp.token_id == token and lp.rank == 1  # greedy picks the top candidate
         assert len(lp.top) == 5 and lp.top[0] == (token, pytest.approx(lp.logprob))
-        assert all(a[1] >= b[1] for a, b in zip(lp.top, lp.top[1:]))
+        assert all(a[1] >= b[1] for a, b in itertools.pairwise(lp.top))
         assert lp.logprob <= 0
 
 

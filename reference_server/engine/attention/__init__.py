@@ -31,15 +31,25 @@ def resolve_backend(name: BackendName, device: torch.device) -> Literal["sdpa", 
     return name
 
 
-def kv_cache_dtype(backend: Literal["sdpa", "flashinfer"], device: torch.device, model_dtype: torch.dtype) -> torch.dtype:
+def kv_cache_dtype(
+    backend: Literal["sdpa", "flashinfer"], device: torch.device, model_dtype: torch.dtype
+) -> torch.dtype:
     """The sdpa backend does its math in float32; on CPU, storing K/V as float32 (an exact
     widening of the model's values) saves an upcast copy of every gathered key per layer."""
     return torch.float32 if backend == "sdpa" and device.type == "cpu" else model_dtype
 
 
 def create_attention_backend(
-    name: Literal["sdpa", "flashinfer"], pool: KVPool, table: SlotTable, *, num_heads: int, num_kv_heads: int, head_dim: int
+    name: Literal["sdpa", "flashinfer"],
+    pool: KVPool,
+    table: SlotTable,
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
 ) -> AttentionBackend:
     if name == "flashinfer":
-        return FlashInferBackend(pool, table, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        return FlashInferBackend(
+            pool, table, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim
+        )
     return SdpaBackend(pool, table, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)

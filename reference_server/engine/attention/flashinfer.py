@@ -29,7 +29,9 @@ def flashinfer_available() -> bool:
 class FlashInferBackend:
     name = "flashinfer"
 
-    def __init__(self, pool: KVPool, table: SlotTable, *, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+    def __init__(
+        self, pool: KVPool, table: SlotTable, *, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> None:
         try:
             import flashinfer
         except ImportError as exc:
@@ -45,7 +47,9 @@ class FlashInferBackend:
         self.dtype = pool.k[0].dtype
         workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self._prefill: Any = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
-        self._decode: Any = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
+        self._decode: Any = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            workspace, "NHD", use_tensor_cores=True
+        )
         self._wrapper: Any = None
         self._batch: AttentionBatch | None = None
 

@@ -56,7 +56,9 @@ class _PrefillPlan:
 class SdpaBackend:
     name = "sdpa"
 
-    def __init__(self, pool: KVPool, table: SlotTable, *, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+    def __init__(
+        self, pool: KVPool, table: SlotTable, *, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> None:
         self.pool = pool
         self.table = table
         self.num_heads = num_heads

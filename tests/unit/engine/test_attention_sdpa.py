@@ -21,7 +21,9 @@ class Harness:
     def __init__(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
         cpu = torch.device("cpu")
-        self.pool = KVPool(num_slots=SLOTS, num_layers=1, num_kv_heads=KVH, head_dim=D, dtype=dtype, device=cpu)
+        self.pool = KVPool(
+            num_slots=SLOTS, num_layers=1, num_kv_heads=KVH, head_dim=D, dtype=dtype, device=cpu
+        )
         self.table = SlotTable(max_rows=8, max_context_tokens=1024, device=cpu)
         self.backend = SdpaBackend(self.pool, self.table, num_heads=H, num_kv_heads=KVH, head_dim=D)
         gen = torch.Generator().manual_seed(0)
