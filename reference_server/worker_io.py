@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import multiprocessing
 import os
 import signal
 import sys
@@ -22,6 +23,20 @@ def setup_worker(name: str, log_level: str) -> None:
         stream=sys.stderr,
     )
     _set_thread_name(name)
+    _exit_with_parent()
+
+
+def _exit_with_parent() -> None:
+    """If the frontend dies without shutting us down (SIGKILL, crash), get SIGTERM (Linux)."""
+    try:
+        libc = ctypes.CDLL(None)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid != os.getppid():  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _set_thread_name(name: str) -> None:

@@ -131,3 +131,26 @@ def test_startup_failures_are_clear() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert missing.returncode == 2 and "/nonexistent.gguf" in missing.stderr
+
+
+def test_workers_exit_when_the_frontend_is_killed() -> None:
+    server = ServerProcess(engine="fake").start()
+    workers = server.worker_pids()
+    assert set(workers) == {"scheduler", "detokenizer"}
+    assert server.process is not None
+    server.process.kill()
+    server.process.wait()
+    deadline = time.monotonic() + 10
+    alive = set(workers.values())
+    while alive and time.monotonic() < deadline:
+        alive = {pid for pid in alive if os.path.exists(f"/proc/{pid}") and "Z" not in _state(pid)}
+        time.sleep(0.05)
+    assert not alive, f"orphaned workers: {alive}"
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
