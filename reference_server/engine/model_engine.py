@@ -42,7 +42,7 @@ class ModelEngine:
         self.bos_token_id = tokenizer.bos_token_id
         self.model = load_llama(config.source, device=self.device, dtype=self.dtype)
         mc = self.model.config
-        backend = resolve_backend(config.attention_backend, self.device)  # type: ignore[arg-type]
+        backend = resolve_backend(config.attention_backend, self.device)
         pool = KVPool(
             num_slots=config.kv_tokens, num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads,
             head_dim=mc.head_dim, dtype=kv_cache_dtype(backend, self.device, self.dtype), device=self.device,

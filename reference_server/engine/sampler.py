@@ -21,7 +21,7 @@ from reference_server.ipc import SamplingConfig, TokenLogprob
 class SampleRow:
     logits_row: int  # several outputs may sample from one row (the n outputs' first token)
     sampling: SamplingConfig
-    generator: torch.Generator  # CPU; used only when sampling
+    generator: torch.Generator | None  # CPU; used only when sampling
     prompt_ids: list[int]
     output_ids: list[int]
     masked_ids: tuple[int, ...]  # EOS/stop ids while the output is shorter than min_tokens
@@ -111,7 +111,7 @@ def _draw(logits: torch.Tensor, rows: list[SampleRow], *, truncate: bool) -> tor
         probs = probs.masked_fill(mass_before >= top_p, 0.0)
     min_p = torch.tensor([r.sampling.min_p for r in rows], device=device)[:, None]
     probs = probs.masked_fill(probs < min_p * probs.amax(-1, keepdim=True), 0.0)
-    uniform = torch.cat([torch.rand(1, generator=r.generator, dtype=torch.float64) for r in rows]).to(device)
+    uniform = torch.cat([_uniform(r.generator) for r in rows]).to(device)
     cdf = probs.cumsum(-1, dtype=torch.float64)
     picked = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True)
     # u * total can round up to the total itself; fall back to the last token with mass
@@ -120,6 +120,11 @@ def _draw(logits: torch.Tensor, rows: list[SampleRow], *, truncate: bool) -> tor
     if order is not None:
         picked = order.gather(-1, picked)
     return picked.squeeze(-1)
+
+
+def _uniform(generator: torch.Generator | None) -> torch.Tensor:
+    assert generator is not None, "a sampled output needs its generator"
+    return torch.rand(1, generator=generator, dtype=torch.float64)
 
 
 def _logprobs(

@@ -1,11 +1,16 @@
-"""Engine-side state of a request group and its outputs (no tensors: the batcher reads these)."""
+"""Engine-side state of a request group and its outputs: plain Python the batcher can read."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+import torch
 
 from reference_server.ipc import SubmitRequest
+
+if TYPE_CHECKING:
+    from reference_server.engine.radix_cache import RadixNode
 
 
 @dataclass(eq=False)
@@ -18,9 +23,9 @@ class Sequence:
     num_prompt_tokens: int
     num_computed_tokens: int = 0  # leading tokens whose K/V is in the cache
     num_locked_tokens: int = 0  # leading tokens whose slots belong to the prefix cache (locked)
-    lock_node: Any = None  # the prefix-cache node this sequence holds a lock on
+    lock_node: RadixNode | None = None  # the prefix-cache node this sequence holds a lock on
     row: int | None = None  # slot-table row while admitted
-    generator: Any = None  # torch.Generator, created by the engine
+    generator: torch.Generator | None = None  # seeded with derive_seed(seed, output_index)
     finished: bool = False
 
     @property

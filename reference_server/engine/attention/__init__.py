@@ -25,10 +25,14 @@ __all__ = [
 ]
 
 
-def resolve_backend(name: BackendName, device: torch.device) -> Literal["sdpa", "flashinfer"]:
+def resolve_backend(name: str, device: torch.device) -> Literal["sdpa", "flashinfer"]:
     if name == "auto":
         return "flashinfer" if device.type == "cuda" and flashinfer_available() else "sdpa"
-    return name
+    if name == "sdpa":
+        return "sdpa"
+    if name == "flashinfer":
+        return "flashinfer"
+    raise ValueError(f"attention_backend={name!r} must be one of auto, sdpa, flashinfer")
 
 
 def kv_cache_dtype(

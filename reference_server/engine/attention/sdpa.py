@@ -6,8 +6,8 @@ chunking around it, and greedy tokens then differ between a request alone and in
 backend computes each output row in an order that depends only on that row:
 
 - keys are gathered per sequence and padded to a multiple of ``KV_BLOCK`` (padding masked);
-- scores are one float32 GEMM over head_dim, with at least ``MIN_QUERY_ROWS`` query rows
-  (MKL uses another kernel for fewer rows);
+- scores are one float32 GEMM over head_dim (queries pre-scaled), with at least
+  ``MIN_QUERY_ROWS`` query rows (MKL uses another kernel for fewer rows);
 - the softmax denominator is a sequential ``cumsum`` (padding adds exact zeros at the end);
 - P·V is a GEMM per block of ``KV_BLOCK`` keys (fixed shape), then the block partials are
   summed with a sequential ``cumsum`` over blocks.
@@ -132,7 +132,7 @@ class SdpaBackend:
         b, length, kvh, d, g = plan.batch, plan.length, self.num_kv_heads, self.head_dim, self.group
         keys = self.pool.k[layer].index_select(0, plan.slots).view(b, length, kvh, d).float()
         values = self.pool.v[layer].index_select(0, plan.slots).view(b, length, kvh, d).float()
-        queries = q.index_select(0, plan.q_index).float().view(b, kvh, g, d)
+        queries = (q.index_select(0, plan.q_index).float() * self.scale).view(b, kvh, g, d)
         rows = max(g, MIN_QUERY_ROWS)
         if rows > g:
             queries = F.pad(queries, (0, 0, 0, rows - g))
@@ -153,7 +153,7 @@ class SdpaBackend:
     ) -> torch.Tensor:
         """q [n, H, D]; keys/values [L, KVH, D] float32 → [n, H, D] float32."""
         n, kvh, g, d = tile.q_len, self.num_kv_heads, self.group, self.head_dim
-        queries = q.float().view(n, kvh, g, d).permute(1, 0, 2, 3).reshape(kvh, n * g, d)
+        queries = (q.float() * self.scale).view(n, kvh, g, d).permute(1, 0, 2, 3).reshape(kvh, n * g, d)
         rows = tile.visible.shape[0]
         if rows > n * g:
             queries = F.pad(queries, (0, 0, 0, rows - n * g))
@@ -169,8 +169,7 @@ class SdpaBackend:
         return out[:, : n * g].view(kvh, n, g, d).permute(1, 0, 2, 3).reshape(n, self.num_heads, d)
 
     def _softmax(self, scores: torch.Tensor, visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Unnormalized probabilities (in place of ``scores``) and their row sums [..., 1]."""
-        scores.mul_(self.scale)
+        """Unnormalized probabilities (in place of ``scores``, already scaled) and their row sums."""
         scores.masked_fill_(~visible, float("-inf"))
         scores.sub_(scores.amax(-1, keepdim=True)).exp_()
         denom = scores.cumsum(-1)[..., -1:]
