@@ -94,7 +94,7 @@ def capabilities_for(info: EngineInfo, tokenizer: TokenizerBundle, config: Serve
         text_input=True,
         token_ids_input=True,
         chat_input=tokenizer.chat_template is not None,
-        max_outputs=limits.max_outputs,
+        max_outputs=min(limits.max_outputs, info.max_running_sequences),
         truncation_sampling=True,
         penalties=True,
         seeded_sampling=True,
