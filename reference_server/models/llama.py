@@ -90,22 +90,23 @@ class RMSNorm(nn.Module):
         return (xf * self.weight.float()).to(self.weight.dtype)
 
 
-class RotaryEmbedding(nn.Module):
-    """Rotate-half RoPE (Hugging Face convention) with a precomputed cos/sin table."""
+class RotaryEmbedding:
+    """Rotate-half RoPE (Hugging Face convention) with a precomputed float32 cos/sin table."""
 
     def __init__(self, head_dim: int, theta: float, max_positions: int, device: torch.device) -> None:
-        super().__init__()
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
         freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv_freq[None, :]
-        # plain attributes, not buffers: the tables stay float32 and survive to_empty()
         self.cos = freqs.cos().to(device)  # [max_positions, D/2]
         self.sin = freqs.sin().to(device)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        cos = self.cos[positions][:, None, :]  # [T, 1, D/2]
-        sin = self.sin[positions][:, None, :]
-        xf = x.float()
-        x1, x2 = xf.chunk(2, dim=-1)
+    def angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [T, 1, D/2] for the step's positions (shared by every layer)."""
+        return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+
+    @staticmethod
+    def rotate(x: torch.Tensor, angles: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        cos, sin = angles
+        x1, x2 = x.float().chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
@@ -123,14 +124,14 @@ class DecoderLayer(nn.Module):
         self.down_proj = _linear(i, h, dtype)
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, attention: Attention
+        self, x: torch.Tensor, angles: tuple[torch.Tensor, torch.Tensor], attention: Attention
     ) -> torch.Tensor:
         c = self.config
         rows = x.shape[0]
         qkv = self.qkv_proj(self.input_norm(x))
         q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
-        q = rope(positions, q.view(rows, c.num_heads, c.head_dim))
-        k = rope(positions, k.view(rows, c.num_kv_heads, c.head_dim))
+        q = RotaryEmbedding.rotate(q.view(rows, c.num_heads, c.head_dim), angles)
+        k = RotaryEmbedding.rotate(k.view(rows, c.num_kv_heads, c.head_dim), angles)
         out = attention.forward(self.index, q, k, v.view(rows, c.num_kv_heads, c.head_dim))
         x = x + self.o_proj(out.reshape(rows, c.q_size)).float()
         gate, up = self.gate_up_proj(self.post_attention_norm(x)).chunk(2, dim=-1)
@@ -163,8 +164,9 @@ class LlamaModel(nn.Module):
             input_ids = F.pad(input_ids, (0, pad))
             positions = F.pad(positions, (0, pad))
         x = self.embed_tokens(input_ids).float()
+        angles = self.rope.angles(positions)
         for layer in self.layers:
-            x = layer(x, positions, self.rope, attention)
+            x = layer(x, angles, attention)
         hidden: torch.Tensor = self.norm(x[:num_tokens])
         return hidden
 
