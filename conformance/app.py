@@ -152,7 +152,7 @@ async def run(args: argparse.Namespace) -> int:
             write_json(report, args.json)
         if args.junit:
             write_junit(report, args.junit)
-    render(console, report, verbose=args.verbose)
+    render(console, report, verbose=args.verbose, quiet=args.quiet)
     return exit_code(report)
 
 

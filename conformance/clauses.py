@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 CONTRACT_REVISION = 1
 
 
-class Level(str, Enum):
+class Level(StrEnum):
     """How binding a clause is: MUST gates conformance, SHOULD is checked by ``--level should``."""
 
     MUST = "MUST"

@@ -15,11 +15,11 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from conformance.budgets import Budgets, Tuning
-from conformance.check import Checker
-from conformance.results import Repro
+from conformance.check import Checker, StreamHung
 from conformance.live import LiveStream
+from conformance.results import Repro
 from conformance.session import Session
-from conformance.streams import StreamRecord
+from conformance.streams import End, StreamRecord
 from conformance.target import TargetInfo
 from lmrpc.v1 import (
     ControlServiceStub,
@@ -105,11 +105,15 @@ class Ctx:
         self._calls[id(stream)] = call
         return stream
 
-    async def generate(self, request: GenerateRequest, *, deadline_s: float | None = None) -> StreamRecord:
-        """Run one Generate call to its end (or until it counts as hung)."""
+    async def generate(self, request: GenerateRequest, *, deadline_s: float | None = None,
+                       hung_ok: bool = False) -> StreamRecord:
+        """Run one Generate call to its end. A call that hangs raises StreamHung (unless ``hung_ok``):
+        a property search stops at once instead of shrinking through more hangs."""
         stream = self.open(request, deadline_s=deadline_s)
         record = await stream.finish(self.budgets.stream_s)
         self._calls[id(stream)].outcome = record.summary()
+        if record.end is End.HUNG and not hung_ok:
+            raise StreamHung(f"Generate({request.request_id!r}) hung: {record.detail}")
         return record
 
     async def cancel(self, stream: LiveStream) -> None:

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import Flaky
 
 from conformance.check import CaseFailed
 from conformance.results import Mismatch
@@ -71,12 +72,14 @@ def run_property(strategy: st.SearchStrategy[T], body: Callable[[T], None], conf
                  seed: int | None = None) -> PropertyOutcome:
     """Search for an input on which ``body`` raises CaseFailed; shrink it. Runs in the calling thread."""
     failing: list[Any] = []
+    last_mismatches: list[Mismatch] = []
 
     def test(value: T) -> None:
         try:
             body(value)
-        except CaseFailed:
+        except CaseFailed as exc:
             failing.append(value)
+            last_mismatches[:] = exc.mismatches
             raise
 
     wrapped = settings(config)(given(strategy)(test))
@@ -87,6 +90,11 @@ def run_property(strategy: st.SearchStrategy[T], body: Callable[[T], None], conf
     except CaseFailed as exc:
         example, blob = _notes(exc)
         return PropertyOutcome(False, exc.mismatches, example, blob, failing[-1] if failing else None)
+    except Flaky:  # failed, then passed on replay: report what failed, marked intermittent
+        if not failing:
+            raise
+        return PropertyOutcome(False, list(last_mismatches), f"(intermittent: passed when replayed) {failing[-1]!r}",
+                               "", failing[-1])
     except Hung as exc:
         return PropertyOutcome(False, [Mismatch("the stream's end", "a terminal message, then status OK",
                                                 str(exc))], repr(exc.example), "", exc.example, hung=True)

@@ -30,10 +30,10 @@ class RawMessage:
         self.data = data
 
     @classmethod
-    def FromString(cls, data: bytes) -> RawMessage:  # noqa: N802 - the protobuf codec's name
+    def FromString(cls, data: bytes) -> RawMessage:
         return cls(data)
 
-    def SerializeToString(self) -> bytes:  # noqa: N802
+    def SerializeToString(self) -> bytes:
         return self.data
 
 
@@ -76,7 +76,7 @@ class LiveStream:
             record.end = End.OK
         except GRPCError as exc:
             record.end, record.status, record.status_message = End.STATUS, exc.status, exc.message or ""
-        except asyncio.TimeoutError:
+        except TimeoutError:
             record.end = End.DEADLINE
         except asyncio.CancelledError:
             if record.end is End.OPEN:
@@ -96,7 +96,7 @@ class LiveStream:
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), wait_s or self.idle_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise StreamStalled(f"no message for {wait_s or self.idle_s:.1f}s") from None
         self._cursor += 1
         return self.record.events[self._cursor - 1]
@@ -122,7 +122,7 @@ class LiveStream:
                 break
             try:
                 await asyncio.wait_for(self.done.wait(), wait)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
         return self.record
 
@@ -134,5 +134,5 @@ class LiveStream:
             self._task.cancel()
         try:
             await asyncio.wait_for(asyncio.shield(self.done.wait()), 5.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
@@ -34,7 +34,7 @@ class _Budget(BaseException):
 
 
 async def search(ctx: Ctx, strategy: st.SearchStrategy[T],
-                 body: Callable[[T], Awaitable[list[Mismatch]]], *, examples: int | None = None,
+                 body: Callable[[T], Coroutine[Any, Any, list[Mismatch]]], *, examples: int | None = None,
                  explicit: Sequence[T] = (), shrink_budget_s: float = 8.0) -> PropertyOutcome:
     """Run ``body`` on generated inputs until one returns mismatches; shrink it within a budget."""
     config = profile(ctx.session.profile, examples or ctx.tuning.examples)

@@ -51,7 +51,7 @@ async def run_case(session: Session, case: Case) -> CaseResult:
         reason = mismatches[0].render() if mismatches else "failed"
     except CaseSkipped as exc:
         verdict, reason = Verdict.SKIP, str(exc)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         verdict = Verdict.FAIL
         reason = f"hung: the case did not finish within its budget of {budget:.1f}s and was cancelled"
         mismatches = [*ctx.check.mismatches, Mismatch("case duration", f"<= {budget:.1f}s", "still running")]

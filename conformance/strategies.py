@@ -188,8 +188,8 @@ def invalid_requests(info: TargetInfo, *, max_tokens: int) -> st.SearchStrategy[
             request.stopping = request.stopping or StoppingCriteria()
             setattr(request.stopping, name, value)
         elif where == "request_id":
-            prefix, bad = value  # type: ignore[misc]
-            request.request_id = f"{prefix}{bad}"
+            assert isinstance(value, tuple)
+            request.request_id = f"{value[0]}{value[1]}"
         else:
             request.token_ids = TokenIds(ids=[1, int(value)])  # type: ignore[call-overload]
             request.text = request.chat = None

@@ -7,7 +7,7 @@ The record is deliberately tolerant: it never raises on a contract break (a seco
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 import betterproto2
 from grpclib.const import Status
@@ -24,7 +24,7 @@ from lmrpc.v1 import (
 )
 
 
-class End(str, Enum):
+class End(StrEnum):
     OK = "ok"  # trailers with status OK
     STATUS = "status"  # trailers (or trailers-only) with a non-OK status
     DEADLINE = "deadline"  # the call's own deadline passed (client-side TimeoutError)
@@ -66,13 +66,25 @@ class OutputView:
 
     index: int
     token_ids: list[int] = field(default_factory=list)
-    text: str = ""
+    text_bytes: bytes = b""  # the text deltas' raw bytes, concatenated (a character may span deltas)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     deltas: list[TokenDelta] = field(default_factory=list)
     finishes: list[tuple[int, OutputFinished]] = field(default_factory=list)  # (seq, finish)
     ids_before_finish: int | None = None
     events_after_finish: int = 0
-    text_is_utf8: bool = True
+
+    @property
+    def text(self) -> str:
+        """The output's text; bytes that are not UTF-8 show up as surrogate escapes."""
+        return self.text_bytes.decode("utf-8", "surrogateescape")
+
+    @property
+    def text_is_utf8(self) -> bool:
+        try:
+            self.text_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
 
     @property
     def finish(self) -> OutputFinished | None:
@@ -131,7 +143,7 @@ class StreamRecord:
     def outputs(self) -> dict[int, OutputView]:
         views: dict[int, OutputView] = {}
         for e in self.events:
-            body: TokenDelta | OutputFinished | None = e.delta or e.finished
+            body: TokenDelta | OutputFinished | None = e.delta if e.delta is not None else e.finished
             if body is None:
                 continue
             index = body.output_index or 0
@@ -142,9 +154,9 @@ class StreamRecord:
                 view.deltas.append(body)
                 if not view.finishes:
                     view.token_ids.extend(body.token_ids)
-                    view.text += body.text
+                    view.text_bytes += e.text_bytes if e.text_bytes is not None else body.text.encode(
+                        "utf-8", "surrogateescape")
                     view.logprobs.extend(body.logprobs)
-                view.text_is_utf8 = view.text_is_utf8 and e.text_is_utf8
             else:
                 if not view.finishes:
                     view.ids_before_finish = len(view.token_ids)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from grpclib.exceptions import GRPCError
 
-import conformance.validate_finish  # noqa: F401 - registers validators
+import conformance.validate_finish
 import conformance.validate_options  # noqa: F401
 from conformance.context import Ctx
 from conformance.results import Mismatch

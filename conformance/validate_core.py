@@ -42,7 +42,7 @@ def validator(clause: str) -> Callable[[Validator], Validator]:
     return register
 
 
-def M(what: str, want: object, got: object) -> Mismatch:  # noqa: N802 - reads like a constructor
+def M(what: str, want: object, got: object) -> Mismatch:
     return Mismatch(what, want if isinstance(want, str) else repr(want), got if isinstance(got, str) else repr(got))
 
 
@@ -94,7 +94,7 @@ def stream_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
 def stream_3(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     out = []
     for e in record.events:
-        body = e.delta or e.finished
+        body = e.delta if e.delta is not None else e.finished
         if body is None:
             continue
         if body.output_index is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conformance.results import Mismatch
 from conformance.streams import End, StreamRecord
-from conformance.validate_core import M, Facts, terminal_seq, validator
+from conformance.validate_core import Facts, M, terminal_seq, validator
 from lmrpc.v1 import FinishReason
 
 

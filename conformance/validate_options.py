@@ -6,7 +6,7 @@ import math
 
 from conformance.results import Mismatch
 from conformance.streams import StreamRecord
-from conformance.validate_core import M, Facts, validator
+from conformance.validate_core import Facts, M, validator
 from lmrpc.v1 import FinishReason, TokenLogprob
 
 

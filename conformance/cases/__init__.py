@@ -4,15 +4,15 @@ the order here is the order of the report."""
 from __future__ import annotations
 
 from conformance.cases import (  # noqa: F401
-    services,
-    errors,
-    stream,
-    sampling,
-    stops,
-    usage,
     abort,
+    admin,
     cancel,
     capabilities,
-    admin,
+    errors,
+    sampling,
+    services,
+    stops,
+    stream,
+    usage,
 )
 from conformance.machines import run as _machines  # noqa: F401

@@ -80,8 +80,15 @@ def load_counts(load: Load) -> dict[str, int]:
 
 
 async def quiet_load(ctx: Ctx) -> Load:
-    """Wait for the target to go idle (what other cases left may still be ending), then return the load."""
-    _, load = await ctx.wait_for(ctx.load, lambda lo: not any(load_counts(lo).values()), ctx.budgets.release_s)
+    """The load to compare against: once the target is idle, or once its counts stop changing (what
+    earlier cases left may still be ending; a server that never reports idle is LOAD-1's business)."""
+    history: list[dict[str, int]] = []
+
+    def settled(load: Load) -> bool:
+        history.append(load_counts(load))
+        return not any(history[-1].values()) or (len(history) >= 4 and all(h == history[-1] for h in history[-4:]))
+
+    _, load = await ctx.wait_for(ctx.load, settled, ctx.budgets.release_s, every_s=0.1)
     return load
 
 

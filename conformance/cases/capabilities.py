@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import expect_rejected, first_delta, long_request, ok, request, status_of
+from conformance.cases._helpers import expect_rejected, ok, request, status_of
 from conformance.context import Ctx
 from conformance.props import raise_outcome, search
 from conformance.registry import case

@@ -3,6 +3,9 @@ at a string or token known to occur, and check where and how it ends."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from conformance.cases._helpers import ok, request
 from conformance.check import CaseSkipped
 from conformance.context import Ctx
@@ -14,13 +17,13 @@ DETERMINISTIC = "deterministic_greedy|seeded_sampling"
 PROMPT = "Once upon a time"
 
 
-def _pin(ctx: Ctx, req: GenerateRequest) -> GenerateRequest:
-    """Make ``req`` reproducible: greedy, or seeded where greedy is not promised."""
+def _pin(ctx: Ctx, req: GenerateRequest, seed: int | None = None) -> GenerateRequest:
+    """Make ``req`` reproducible: greedy, or seeded (given a seed, or where greedy is not promised)."""
     assert req.sampling is not None
-    if ctx.info.has("deterministic_greedy"):
+    if seed is None and ctx.info.has("deterministic_greedy"):
         req.sampling.temperature = 0.0
     else:
-        req.sampling.temperature, req.sampling.seed = 0.8, 4242
+        req.sampling.temperature, req.sampling.seed = 1.0, 4242 if seed is None else seed
     return req
 
 
@@ -28,22 +31,27 @@ def _length(ctx: Ctx) -> int:
     return max(2 * ctx.tuning.max_tokens, 16)
 
 
-async def learn(ctx: Ctx, text: str = PROMPT, **kw: object) -> OutputView:
+async def learn(ctx: Ctx, text: str = PROMPT, seed: int | None = None) -> OutputView:
     """Output 0 of a reproducible run with ignore_eos (the reference the stop runs are compared with)."""
-    record = ok(ctx, await ctx.generate(_pin(ctx, request(ctx, text, max_tokens=_length(ctx), ignore_eos=True, **kw))))  # type: ignore[arg-type]
-    return record.outputs()[0]
+    req = _pin(ctx, request(ctx, text, max_tokens=_length(ctx), ignore_eos=True), seed)
+    return ok(ctx, await ctx.generate(req)).outputs()[0]
 
 
-async def rerun(ctx: Ctx, text: str = PROMPT, **kw: object) -> tuple[StreamRecord, OutputView]:
-    record = ok(ctx, await ctx.generate(_pin(ctx, request(ctx, text, max_tokens=_length(ctx), **kw))))  # type: ignore[arg-type]
+async def rerun(ctx: Ctx, text: str = PROMPT, seed: int | None = None, **kw: Any) -> tuple[StreamRecord, OutputView]:
+    record = ok(ctx, await ctx.generate(_pin(ctx, request(ctx, text, max_tokens=_length(ctx), **kw), seed)))
     return record, record.outputs()[0]
+
+
+def _sendable(text: str) -> bool:
+    """Text that can go into a request: no U+FFFD and no undecodable bytes (surrogate escapes)."""
+    return "\ufffd" not in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
 
 
 def pick_stop_string(text: str) -> tuple[str, int]:
     """A 2-character stop string from the middle of ``text`` and the index of its first occurrence."""
     for start in list(range(len(text) // 2, len(text) - 1)) + list(range(1, len(text) // 2)):
         candidate = text[start:start + 2]
-        if candidate.strip() and "\ufffd" not in candidate and text.find(candidate) >= 1:
+        if candidate.strip() and _sendable(candidate) and text.find(candidate) >= 1:
             return candidate, text.find(candidate)
     raise CaseSkipped(f"no usable stop string in the learned output {text!r}")
 
@@ -96,11 +104,18 @@ async def earliest_stop_string(ctx: Ctx) -> None:
     """The output ends at the earliest occurrence of any stop string; the text before it has none."""
     learned = await learn(ctx)
     early, p = pick_stop_string(learned.text)
-    late = learned.text[-2:] if learned.text[-2:].strip() and learned.text.find(learned.text[-2:]) > p else early
+    tail = learned.text[-2:]
+    late = tail if tail.strip() and _sendable(tail) and learned.text.find(tail) > p else early
     _, view = await rerun(ctx, stop_strings=[late, early], ignore_eos=True)
     stop = _stop(view)
-    ctx.check.equal("StopMatch.stop_string", early, stop.stop_string if stop else None)
-    ctx.check.equal(f"text before the earliest stop string {early!r}", learned.text[:p], view.text)
+    ctx.check.equal("StopMatch.stop_string (the earliest match)", early, stop.stop_string if stop else None)
+    ids = view.token_ids
+    ctx.check.equal("token ids up to the earliest match", learned.token_ids[:len(ids)], ids)
+    ctx.check.that(len(ids) < len(learned.token_ids), "the output", f"stopped before the end at {early!r}",
+                   f"{len(ids)} of {len(learned.token_ids)} tokens")
+    before = view.text.removesuffix(early)
+    ctx.check.that(early not in before and late not in before, "text before the match",
+                   f"contains neither {early!r} nor {late!r}", before)
 
 
 @case("STOP-3", requires=("stop_token_ids", DETERMINISTIC))
@@ -114,22 +129,36 @@ async def stop_token_ends(ctx: Ctx) -> None:
     ctx.check.equal("StopMatch.stop_token_id", token, stop.stop_token_id if stop else None)
 
 
-async def find_eos(ctx: Ctx) -> tuple[str, OutputView, int]:
+@dataclass(frozen=True, slots=True)
+class EosRun:
+    text: str
+    seed: int | None  # None: greedy
+    learned: OutputView
+    position: int  # index of the first EOS token in learned.token_ids
+
+
+async def find_eos(ctx: Ctx) -> EosRun:
     """A prompt whose reproducible output contains an EOS token, and its first position; else SKIP."""
     eos = set(ctx.info.eos_ids)
-    for text in ("Say hi.", PROMPT, "Hello", "1, 2, 3,"):
-        learned = await learn(ctx, text)
-        for k, token in enumerate(learned.token_ids):
-            if token in eos:
-                return text, learned, k
-    raise CaseSkipped(f"no EOS token in {_length(ctx)} tokens of 4 prompts: cannot exercise it")
+    seeds: list[int | None] = [None] if ctx.info.has("deterministic_greedy") else []
+    seeds += list(range(1, 9)) if ctx.info.has("seeded_sampling") else []
+    tried = 0
+    for seed in seeds:
+        for text in ("Say hi.", "Emoji test 🙂🚀", PROMPT):
+            learned = await learn(ctx, text, seed)
+            tried += 1
+            for k, token in enumerate(learned.token_ids):
+                if token in eos:
+                    return EosRun(text, seed, learned, k)
+    raise CaseSkipped(f"no EOS token in {_length(ctx)} tokens of {tried} reproducible runs: cannot exercise it")
 
 
 @case("STOP-4", tag="eos", requires=(DETERMINISTIC,))
 async def eos_ends(ctx: Ctx) -> None:
     """Without ignore_eos an output ends at the first EOS token, reported as eos_token_id."""
-    text, learned, k = await find_eos(ctx)
-    _, view = await rerun(ctx, text, response=ResponseOptions(skip_special_tokens=False))
+    run = await find_eos(ctx)
+    learned, k = run.learned, run.position
+    _, view = await rerun(ctx, run.text, run.seed, response=ResponseOptions(skip_special_tokens=False))
     stop = _stop(view)
     ctx.check.equal("token ids up to the first EOS", learned.token_ids[:k + 1], view.token_ids)
     ctx.check.equal("StopMatch.eos_token_id", learned.token_ids[k], stop.eos_token_id if stop else None)
@@ -142,7 +171,8 @@ async def eos_ends(ctx: Ctx) -> None:
 @case("STOP-4", tag="ignore_eos", requires=(DETERMINISTIC,))
 async def ignore_eos_continues(ctx: Ctx) -> None:
     """With ignore_eos an EOS token never ends an output."""
-    text, learned, k = await find_eos(ctx)
+    run = await find_eos(ctx)
+    learned, k = run.learned, run.position
     ctx.check.that(len(learned.token_ids) == _length(ctx) and learned.finish is not None
                    and learned.finish.reason == FinishReason.LENGTH,
                    f"an ignore_eos output with an EOS at position {k}", f"LENGTH after {_length(ctx)} tokens",
@@ -152,9 +182,9 @@ async def ignore_eos_continues(ctx: Ctx) -> None:
 @case("FINISH-5", tag="stop-token-is-eos", requires=("stop_token_ids", DETERMINISTIC))
 async def stop_token_wins_over_eos(ctx: Ctx) -> None:
     """A token that is both a requested stop token and an EOS token reports stop_token_id."""
-    text, learned, k = await find_eos(ctx)
-    token = learned.token_ids[k]
-    _, view = await rerun(ctx, text, stop_token_ids=[token])
+    run = await find_eos(ctx)
+    token = run.learned.token_ids[run.position]
+    _, view = await rerun(ctx, run.text, run.seed, stop_token_ids=[token])
     stop = _stop(view)
     ctx.check.that(stop is not None and stop.stop_token_id == token, "StopMatch of an EOS that is also a stop token",
                    f"stop_token_id={token}", stop)

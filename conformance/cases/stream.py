@@ -11,8 +11,8 @@ from conformance.pool import check_on_pool, copy_request
 from conformance.props import raise_outcome, search
 from conformance.registry import case
 from conformance.results import Mismatch
-from conformance.streams import StreamRecord
 from conformance.strategies import deterministic_requests
+from conformance.streams import StreamRecord
 from conformance.validate import STREAM_CLAUSES, gather_facts, validate
 from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams
 
@@ -54,7 +54,9 @@ def _final_only_equal(kind: str) -> None:
             streamed.response = streamed.response or ResponseOptions()
             streamed.response.final_only = False
             final = copy_request(streamed)
-            final.request_id, final.response.final_only = ctx.uid("final"), True
+            final.request_id = ctx.uid("final")
+            final.response = final.response or ResponseOptions()
+            final.response.final_only = True
             a, b = await asyncio.gather(ctx.generate(streamed), ctx.generate(final))
             if not (a.ended_ok and b.ended_ok):
                 return [Mismatch("both calls", "status OK", f"{a.summary()} / {b.summary()}")]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
+from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from conformance.check import CaseFailed
@@ -28,30 +30,39 @@ class Judgement:
     mismatches: list[Mismatch] = field(default_factory=list)
     repro: Repro | None = None
     programs: int = 0
+    steps: int = 0
 
 
 async def run_machine(session: Session) -> dict[str, Judgement]:
     ctx = Ctx(session, "stateful", {})
     remaining = set(INVARIANTS)
     verdicts: dict[str, Judgement] = {}
-    budget = 20.0 * session.budgets.scale
+    total_programs = total_steps = 0
+    budget = 8.0 * session.budgets.scale
     config = profile(session.profile, session.tuning.machine_examples,
                      stateful_step_count=session.tuning.machine_steps)
     try:
         while remaining:
             machine = build_machine(ctx, set(remaining), budget)
 
-            def search() -> tuple[tuple[str, list[Mismatch], list[str], int] | None, str]:
+            def search(machine: Any = machine) -> tuple[tuple[str, list[Mismatch], list[str], int] | None, str]:
                 with _LOCK:
                     try:
                         run_state_machine_as_test(machine, settings=config)
                     except CaseFailed as exc:
-                        return machine.failures[-1], _notes(exc)[0]  # type: ignore[attr-defined]
+                        return machine.failures[-1], _notes(exc)[0]
                     except Stop as exc:
                         return exc.failure, ""
+                    except Flaky:  # failed, then passed on replay: still a failure, reported as seen
+                        if not machine.failures:
+                            raise
+                        return machine.failures[-1], "(intermittent: the failing program passed when replayed)"
                 return None, ""
 
             failure, shown = await asyncio.to_thread(search)
+            stats = machine.stats  # type: ignore[attr-defined]
+            total_programs += stats["programs"]
+            total_steps += stats["steps"]
             if failure is None:
                 verdicts.update({clause: Judgement(True) for clause in remaining})
                 break
@@ -63,6 +74,8 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
             remaining.discard(clause)
     finally:
         await ctx.close()
+    for judgement in verdicts.values():
+        judgement.programs, judgement.steps = total_programs, total_steps
     return verdicts
 
 
@@ -73,6 +86,7 @@ def _machine_case(clause: str) -> None:
     async def stateful(ctx: Ctx) -> None:
         verdicts: dict[str, Judgement] = await ctx.session.shared("machine", lambda: run_machine(ctx.session))
         judgement = verdicts[clause]
+        ctx.note(f"{judgement.programs} programs, {judgement.steps} steps")
         if not judgement.passed:
             ctx.repro = judgement.repro
             raise CaseFailed(judgement.mismatches)

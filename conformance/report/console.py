@@ -38,11 +38,11 @@ def progress_bar(console: Console, total: int) -> tuple[Progress, RunProgress]:
     return bar, RunProgress(on_start, on_result)
 
 
-def render(console: Console, report: RunReport, *, verbose: bool = False) -> None:
+def render(console: Console, report: RunReport, *, verbose: bool = False, quiet: bool = False) -> None:
     groups: dict[str, list[CaseResult]] = defaultdict(list)
     for result in report.results:
         groups[CLAUSES[result.clause].section].append(result)
-    for section, results in groups.items():
+    for section, results in groups.items() if not quiet else ():
         if not verbose and all(r.verdict is Verdict.NOT_RUN for r in results):
             continue
         table = Table(title=section, title_justify="left", expand=False, show_edge=False)

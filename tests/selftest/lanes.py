@@ -1,0 +1,99 @@
+"""Lanes for the self-test: each lane is one reference server (fake engine) plus a zoo serving every
+mutant in front of it. Mutants that share a lane run one after another, because load-watching cases
+need a quiet server; lanes run side by side."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lmrpc.client import LmrpcClient
+from lmrpc.v1 import ResumeGenerationRequest
+from reference_server.testing import ServerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN_DELAY_S = "0.002"  # long requests stay in flight for seconds, so cancel and deadline cases bite
+KV_TOKENS = "100000"  # small enough that n=max_outputs full-window requests can never fit (REQ-7)
+
+
+@dataclass
+class Lane:
+    server: ServerProcess
+    zoo: subprocess.Popen[bytes]
+    ports: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def start(timeout_s: float = 120.0) -> Lane:
+        server = ServerProcess(engine="fake", args=("--fake-token-delay", TOKEN_DELAY_S, "--kv-tokens", KV_TOKENS)).start()
+        ready = Path(tempfile.mkdtemp(prefix="lmrpc-zoo-")) / "ports.json"
+        zoo = subprocess.Popen([sys.executable, "-m", "tests.selftest.zoo", "--upstream", server.target,
+                                "--ready-file", str(ready)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        give_up = time.monotonic() + timeout_s
+        while not ready.exists():
+            if zoo.poll() is not None or time.monotonic() > give_up:
+                server.stop()
+                raise RuntimeError(f"the mutant zoo did not start (exit code {zoo.poll()})")
+            time.sleep(0.05)
+        return Lane(server, zoo, json.loads(ready.read_text()))
+
+    def target(self, mutant: str) -> str:
+        return f"127.0.0.1:{self.ports[mutant]}"
+
+    def reset(self, timeout_s: float = 30.0) -> None:
+        """Leave the upstream as a fresh server: nothing paused, nothing in flight (leaks included)."""
+        async def settle() -> None:
+            async with LmrpcClient.connect(self.server.target) as client:
+                await client.control.resume_generation(ResumeGenerationRequest())
+                give_up = time.monotonic() + timeout_s
+                while time.monotonic() < give_up:
+                    await client.abort(everything=True)
+                    load = await client.load()
+                    if not (load.active_requests or load.running_sequences or load.waiting_sequences):
+                        return
+                    await asyncio.sleep(0.1)
+
+        asyncio.run(settle())
+
+    def stop(self) -> None:
+        if self.zoo.poll() is None:
+            self.zoo.send_signal(signal.SIGTERM)
+            try:
+                self.zoo.wait(10)
+            except subprocess.TimeoutExpired:
+                self.zoo.kill()
+        self.server.stop()
+
+
+@dataclass
+class Outcome:
+    mutant: str
+    exit_code: int
+    failing: set[str]
+    report: dict[str, object]
+    duration_s: float
+
+
+def run_harness(target: str, out_dir: Path, name: str, *, time_scale: float, extra: tuple[str, ...] = ()) -> Outcome:
+    """``conformance run`` as a user runs it: the installed CLI in a subprocess, reports to files."""
+    report = out_dir / f"{name}.json"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "conformance", "run", "--target", target, "--json", str(report),
+         "--junit", str(out_dir / f"{name}.xml"), "--repro-dir", str(out_dir / f"{name}-repro"),
+         "--time-scale", str(time_scale), "--quiet", *extra],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"},
+    )
+    data = json.loads(report.read_text()) if report.exists() else {"cases": []}
+    failing = {c["id"] for c in data["cases"] if c["verdict"] not in ("PASS", "SKIP")}
+    if not report.exists():
+        failing.add(f"(no report; exit {done.returncode}: {done.stderr[-400:]})")
+    return Outcome(name, done.returncode, failing, data, time.monotonic() - started)

@@ -1,0 +1,13 @@
+"""The mutant zoo: each mutant is the reference server behind a proxy with exactly one fault, and
+declares the cases (IDs or globs) that must fail against it, no more and no fewer."""
+
+from __future__ import annotations
+
+from .base import Mutant
+from .control import CONTROL_MUTANTS
+from .stream import STREAM_MUTANTS
+from .unary import UNARY_MUTANTS
+
+MUTANTS: tuple[type[Mutant], ...] = (*STREAM_MUTANTS, *CONTROL_MUTANTS, *UNARY_MUTANTS)
+
+__all__ = ["MUTANTS", "Mutant"]

@@ -1,0 +1,29 @@
+"""What every mutant declares, and helpers for rewriting events."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import betterproto2
+
+from lmrpc.v1 import GenerateResponse
+
+from ..proxy import Proxy
+
+
+class Mutant(Proxy):
+    """A proxy with one fault. ``expected``: case IDs or globs that must fail (empty for controls)."""
+
+    name: ClassVar[str] = ""
+    fault: ClassVar[str] = ""
+    expected: ClassVar[frozenset[str]] = frozenset()
+    is_control: ClassVar[bool] = False  # a correct variant (slow, merging deltas): must pass everything
+    time_scale: ClassVar[float] = 1.0  # multiplies the self-test's --time-scale for this mutant
+
+
+def kind(event: GenerateResponse) -> str:
+    return betterproto2.which_one_of(event, "event")[0]
+
+
+def clone(event: GenerateResponse) -> GenerateResponse:
+    return GenerateResponse.parse(bytes(event))

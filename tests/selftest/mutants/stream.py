@@ -1,0 +1,310 @@
+"""Mutants that rewrite the events of Generate streams."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from grpclib import GRPCError, Status
+
+from conformance.wire import length_field, split_fields
+from lmrpc.v1 import FinishReason, GenerateResponse, PromptInfo, TokenDelta, Usage
+
+from ..proxy import Call, Out
+from .base import Mutant, clone, kind
+
+
+class DoubleFinish(Mutant):
+    name = "double-finish"
+    fault = "output 0's OutputFinished is sent twice"
+    expected = frozenset({"FINISH-1", "FINISH-3", "N-1[*]", "FINISH-1[stateful]"})
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        async for event in events:
+            if kind(event) == "finished" and not event.finished.output_index:
+                copy = clone(event)
+                copy.usage = None
+                yield copy
+            yield event
+
+
+class MissingFinish(Mutant):
+    name = "missing-finish"
+    fault = "an n=1 output that hits max_tokens gets no OutputFinished; Usage rides on its last delta"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        pending: GenerateResponse | None = None
+        async for event in events:
+            if (kind(event) == "finished" and call.n == 1 and event.finished.reason == FinishReason.LENGTH
+                    and pending is not None):
+                pending.usage = event.usage
+                yield pending
+                pending = None
+                continue
+            if pending is not None:
+                yield pending
+                pending = None
+            if kind(event) == "delta":
+                pending = event
+            else:
+                yield event
+        if pending is not None:
+            yield pending
+
+
+class CumulativeIds(Mutant):
+    name = "cumulative-ids"
+    fault = "TokenDelta.token_ids carries every token so far (cumulative), one delta per token"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        so_far: dict[int, list[int]] = {}
+        final_only = call.request.response is not None and call.request.response.final_only
+        async for event in events:
+            if kind(event) != "delta" or not event.delta.token_ids or final_only:
+                yield event
+                continue
+            ids = so_far.setdefault(event.delta.output_index or 0, [])
+            for i, token in enumerate(event.delta.token_ids):  # one token per delta: the same in every run
+                ids.append(token)
+                yield GenerateResponse(request_id=event.request_id, usage=event.usage, delta=TokenDelta(
+                    output_index=event.delta.output_index, token_ids=list(ids), text=event.delta.text if i == 0 else "",
+                    logprobs=event.delta.logprobs[i:i + 1]))
+
+
+class UsageOffByOne(Mutant):
+    name = "usage-off-by-one"
+    fault = "Usage.completion_tokens is one more than the tokens generated"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        async for event in events:
+            if event.usage is not None:
+                event.usage.completion_tokens += 1
+            yield event
+
+
+class PromptCountedNTimes(Mutant):
+    name = "prompt-counted-n-times"
+    fault = "Usage.prompt_tokens counts the prompt once per output"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        async for event in events:
+            if event.usage is not None:
+                event.usage.prompt_tokens *= call.n
+            yield event
+
+
+class LostOutputIndex(Mutant):
+    name = "lost-output-index"
+    fault = "output_index is left unset for output 0 (proto3 default elision)"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        async for event in events:
+            body = event.delta if kind(event) == "delta" else event.finished if kind(event) == "finished" else None
+            if body is not None and body.output_index == 0:
+                body.output_index = None
+            yield event
+
+
+class RequestIdNotEchoed(Mutant):
+    name = "request-id-not-echoed"
+    fault = "only the first message carries the request_id"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        first = True
+        async for event in events:
+            if not first:
+                event.request_id = ""
+            first = False
+            yield event
+
+
+def _split_text_bytes(event: GenerateResponse, cut: int) -> tuple[bytes, bytes]:
+    """Two raw GenerateResponse messages: the delta's ids with text bytes [:cut], then the rest."""
+    delta = event.delta
+    raw = delta.text.encode()
+    head = clone(event)
+    head.delta.text = ""
+    tail = GenerateResponse(request_id=event.request_id, delta=TokenDelta(output_index=delta.output_index))
+
+    def with_text(message: GenerateResponse, text: bytes) -> bytes:
+        out = b""
+        for f in split_fields(bytes(message)):
+            out += length_field(3, f.payload + length_field(3, text)) if f.number == 3 else f.raw
+        return out
+
+    return with_text(head, raw[:cut]), with_text(tail, raw[cut:])
+
+
+class Utf8Split(Mutant):
+    name = "utf8-split"
+    fault = "a text delta is split inside a multi-byte UTF-8 character"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        async for event in events:
+            if kind(event) == "delta":
+                raw = event.delta.text.encode()
+                cut = next((i + 1 for i, b in enumerate(raw) if b >= 0xC0), None)  # just after a lead byte
+                if cut is not None:
+                    for part in _split_text_bytes(event, cut):
+                        yield part
+                    continue
+            yield event
+
+
+class StopStringLeaked(Mutant):
+    name = "stop-string-leaked"
+    fault = "the matched stop string is streamed as a last text delta (include_stop_in_output unset)"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        include = call.request.stopping is not None and call.request.stopping.include_stop_in_output
+        async for event in events:
+            stop = event.finished.stop if kind(event) == "finished" else None
+            if stop is not None and stop.stop_string and not include:
+                yield GenerateResponse(request_id=event.request_id, delta=TokenDelta(
+                    output_index=event.finished.output_index, text=stop.stop_string))
+            yield event
+
+
+class UsageOnEveryMessage(Mutant):
+    name = "usage-on-every-message"
+    fault = "every TokenDelta carries a running Usage"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        prompt, generated = 0, 0
+        async for event in events:
+            if kind(event) == "prompt_info":
+                prompt = event.prompt_info.prompt_tokens
+            elif kind(event) == "delta":
+                generated += len(event.delta.token_ids)
+                event.usage = Usage(prompt_tokens=prompt, completion_tokens=generated)
+            yield event
+
+
+class PromptInfoTwice(Mutant):
+    name = "prompt-info-twice"
+    fault = "PromptInfo is sent again after the first delta"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        prompt: PromptInfo | None = None
+        async for event in events:
+            yield event
+            if kind(event) == "prompt_info":
+                prompt = event.prompt_info
+            elif kind(event) == "delta" and prompt is not None:
+                yield GenerateResponse(request_id=event.request_id, prompt_info=prompt)
+                prompt = None
+
+
+class UnspecifiedReason(Mutant):
+    name = "unspecified-reason"
+    fault = "LENGTH finishes are sent as FINISH_REASON_UNSPECIFIED"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        async for event in events:
+            if kind(event) == "finished" and event.finished.reason == FinishReason.LENGTH:
+                event.finished.reason = FinishReason.UNSPECIFIED
+            yield event
+
+
+class HangMidStream(Mutant):
+    name = "hang-mid-stream"
+    fault = "a final_only request with n >= 4 stalls after its first output finishes"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        final_only = call.request.response is not None and call.request.response.final_only
+        async for event in events:
+            yield event
+            if final_only and call.n >= 4 and kind(event) == "finished":
+                await asyncio.Event().wait()  # until the client gives up
+
+
+class CrashMidStream(Mutant):
+    name = "crash-mid-stream"
+    fault = "a request with top_logprobs > 5 dies with INTERNAL after its second message"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        logprobs = call.request.response is not None and call.request.response.top_logprobs > 5
+        sent = 0
+        async for event in events:
+            yield event
+            sent += 1
+            if logprobs and sent == 2:
+                raise GRPCError(Status.INTERNAL, "worker crashed")
+
+
+class LogprobsDropped(Mutant):
+    name = "logprobs-dropped"
+    fault = "return_logprobs is accepted but no TokenLogprob is sent"
+    expected = frozenset()
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        async for event in events:
+            if kind(event) == "delta":
+                event.delta.logprobs = []
+            yield event
+
+
+class SlowButCorrect(Mutant):
+    name = "slow-but-correct"
+    fault = "(control) every RPC answers 50 ms late and every message 1 ms late"
+    is_control = True
+    time_scale = 2.0
+
+    async def unary(self, method: str, request: Any) -> Any:
+        await asyncio.sleep(0.05)
+        return await super().unary(method, request)
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        await asyncio.sleep(0.05)
+        async for event in events:
+            await asyncio.sleep(0.001)
+            yield event
+
+
+class MergedDeltas(Mutant):
+    name = "merged-deltas"
+    fault = "(control) consecutive deltas of one output are merged, as STREAM-9 allows"
+    is_control = True
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        held: GenerateResponse | None = None
+        async for event in events:
+            if kind(event) == "delta":
+                if (held is not None and held.delta.output_index == event.delta.output_index and held.usage is None
+                        and len(held.delta.token_ids) < 8):
+                    held.delta.token_ids = [*held.delta.token_ids, *event.delta.token_ids]
+                    held.delta.text += event.delta.text
+                    held.delta.logprobs = [*held.delta.logprobs, *event.delta.logprobs]
+                    held.usage = event.usage
+                    continue
+                if held is not None:
+                    yield held
+                held = event
+                continue
+            if held is not None:
+                yield held
+                held = None
+            yield event
+        if held is not None:
+            yield held
+
+
+STREAM_MUTANTS: tuple[type[Mutant], ...] = (
+    DoubleFinish, MissingFinish, CumulativeIds, UsageOffByOne, PromptCountedNTimes, LostOutputIndex,
+    RequestIdNotEchoed, Utf8Split, StopStringLeaked, UsageOnEveryMessage, PromptInfoTwice, UnspecifiedReason,
+    HangMidStream, CrashMidStream, LogprobsDropped, SlowButCorrect, MergedDeltas,
+)

@@ -1,0 +1,175 @@
+"""Mutants of the unary RPCs: server info, load, abort, health, reflection, tokenize, embed, admin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpclib import GRPCError, Status
+from grpclib.const import Cardinality, Handler
+from grpclib.health.v1.health_pb2 import HealthCheckRequest
+from grpclib.server import Stream
+
+from conformance.live import RawMessage
+from lmrpc.v1 import AbortResponse, PauseGenerationResponse
+
+from .base import Mutant
+
+
+class UnaryMutant(Mutant):
+    """Rewrites the reply of one unary method: subclasses set ``method`` and ``edit``."""
+
+    method = ""
+
+    def edit(self, reply: Any) -> Any:
+        return reply
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await super().unary(method, request)
+        return self.edit(reply) if method == self.method else reply
+
+
+class ContractRevisionWrong(UnaryMutant):
+    name = "contract-revision-wrong"
+    fault = "ServerInfo.contract_revision says 2"
+    expected = frozenset()
+    method = "get_server_info"
+
+    def edit(self, reply: Any) -> Any:
+        reply.server.contract_revision = 2
+        return reply
+
+
+class StopStringsUnadvertised(UnaryMutant):
+    name = "stop-strings-unadvertised"
+    fault = "stop_strings is advertised false, yet requests using stop strings are accepted"
+    expected = frozenset()
+    method = "get_server_info"
+
+    def edit(self, reply: Any) -> Any:
+        reply.server.capabilities.stop_strings = False
+        return reply
+
+
+class LoadNeverIdle(UnaryMutant):
+    name = "load-never-idle"
+    fault = "GetLoad always reports one more active request than there is"
+    expected = frozenset()
+    method = "get_load"
+
+    def edit(self, reply: Any) -> Any:
+        reply.current.active_requests += 1
+        return reply
+
+
+class EmbedNotNormalized(UnaryMutant):
+    name = "embed-not-normalized"
+    fault = "embeddings are not L2-normalized (scaled by 2)"
+    expected = frozenset()
+    method = "embed"
+
+    def edit(self, reply: Any) -> Any:
+        for embedding in reply.embeddings:
+            embedding.values = [2 * v for v in embedding.values]
+        return reply
+
+
+class TokenizeAddsBos(UnaryMutant):
+    name = "tokenize-adds-bos"
+    fault = "Tokenize prepends a BOS token that Generate does not use"
+    expected = frozenset()
+    method = "tokenize"
+
+    def edit(self, reply: Any) -> Any:
+        reply.token_ids = [1, *reply.token_ids]
+        return reply
+
+
+class UnknownAbortFails(Mutant):
+    name = "unknown-abort-fails"
+    fault = "Abort of an id that is not in flight fails with NOT_FOUND"
+    expected = frozenset()
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "abort" and request.request_ids is not None:
+            unknown = [i for i in request.request_ids.ids if i not in self.calls]
+            if unknown:
+                raise GRPCError(Status.NOT_FOUND, f"no request {unknown[0]!r}")
+        return await super().unary(method, request)
+
+
+class AbortAllNoop(Mutant):
+    name = "abort-all-noop"
+    fault = "Abort(all) does nothing and reports no outcome"
+    expected = frozenset()
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "abort" and request.all is not None:
+            return AbortResponse()
+        return await super().unary(method, request)
+
+
+class PauseIgnored(Mutant):
+    name = "pause-ignored"
+    fault = "PauseGeneration answers OK and does nothing"
+    expected = frozenset()
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "pause_generation":
+            return PauseGenerationResponse()
+        return await super().unary(method, request)
+
+
+class NoReflectionV1alpha(Mutant):
+    name = "no-reflection-v1alpha"
+    fault = "only grpc.reflection.v1 is served, not v1alpha"
+    expected = frozenset()
+
+    def passthrough_allowed(self, path: str) -> bool:
+        return "v1alpha" not in path
+
+
+class HealthPerServiceMissing(Mutant):
+    name = "health-per-service-missing"
+    fault = "Health/Check knows only the overall service \"\", not the lmrpc services"
+    expected = frozenset()
+
+    def __mapping__(self) -> dict[str, Handler]:
+        mapping = super().__mapping__()
+        forward = mapping["/grpc.health.v1.Health/Check"].func
+
+        async def check(stream: Stream[Any, Any]) -> None:
+            raw = await stream.recv_message()
+            assert raw is not None
+            if HealthCheckRequest.FromString(raw.data).service:
+                raise GRPCError(Status.NOT_FOUND, "unknown service")
+            replay = _Replay(stream, raw)
+            await forward(replay)
+
+        mapping["/grpc.health.v1.Health/Check"] = Handler(check, Cardinality.UNARY_UNARY, RawMessage, RawMessage)
+        return mapping
+
+
+class _Replay:
+    """A server stream whose first message was already read (re-delivered once)."""
+
+    def __init__(self, stream: Stream[Any, Any], first: RawMessage) -> None:
+        self._stream, self._first = stream, first
+        self.deadline = stream.deadline
+
+    def __aiter__(self) -> _Replay:
+        return self
+
+    async def __anext__(self) -> RawMessage:
+        if self._first is None:
+            raise StopAsyncIteration
+        first, self._first = self._first, None  # type: ignore[assignment]
+        return first
+
+    async def send_message(self, message: Any) -> None:
+        await self._stream.send_message(message)
+
+
+UNARY_MUTANTS: tuple[type[Mutant], ...] = (
+    ContractRevisionWrong, StopStringsUnadvertised, LoadNeverIdle, EmbedNotNormalized, TokenizeAddsBos,
+    UnknownAbortFails, AbortAllNoop, PauseIgnored, NoReflectionV1alpha, HealthPerServiceMissing,
+)

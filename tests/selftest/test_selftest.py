@@ -1,0 +1,109 @@
+"""The harness against the reference server (must pass 100%) and against every mutant (must fail
+exactly its declared cases). Prints the detection matrix and the mutation score."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conformance.registry import all_cases, matches
+
+from .lanes import Lane, Outcome, run_harness
+from .mutants import MUTANTS, Mutant
+
+TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
+LANES = int(os.environ.get("LMRPC_SELFTEST_LANES", "3"))
+REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest"))
+
+pytestmark = pytest.mark.slow
+
+
+def expand(patterns: frozenset[str]) -> set[str]:
+    cases = all_cases()
+    found = {c.id for p in patterns for c in cases if matches(p, c)}
+    unknown = [p for p in patterns if not any(matches(p, c) for c in cases)]
+    assert not unknown, f"expected patterns that name no case: {unknown}"
+    return found
+
+
+@pytest.fixture(scope="module")
+def lanes() -> Iterator[list[Lane]]:
+    with ThreadPoolExecutor(LANES) as pool:
+        started = list(pool.map(lambda _: Lane.start(), range(LANES)))
+    try:
+        yield started
+    finally:
+        for lane in started:
+            lane.stop()
+
+
+def test_every_mutant_declares_real_cases() -> None:
+    names = [m.name for m in MUTANTS]
+    assert len(names) == len(set(names)), "mutant names must be unique"
+    assert sum(not m.is_control for m in MUTANTS) >= 20
+    for mutant in MUTANTS:
+        assert mutant.is_control or mutant.expected, f"{mutant.name} declares no expected failure"
+        expand(mutant.expected)
+
+
+def test_reference_server_passes(lanes: list[Lane]) -> None:
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    outcome = run_harness(lanes[0].server.target, REPORTS, "reference", time_scale=TIME_SCALE)
+    assert outcome.failing == set(), _explain(outcome)
+    assert outcome.exit_code == 0
+
+
+def _run_lane(lane: Lane, mutants: list[type[Mutant]]) -> list[Outcome]:
+    outcomes = []
+    for mutant in mutants:
+        lane.reset()
+        outcomes.append(run_harness(lane.target(mutant.name), REPORTS, mutant.name,
+                                    time_scale=TIME_SCALE * mutant.time_scale))
+    return outcomes
+
+
+def test_mutants_fail_exactly_their_cases(lanes: list[Lane], capsys: pytest.CaptureFixture[str]) -> None:
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    plan: list[list[type[Mutant]]] = [[] for _ in lanes]
+    for i, mutant in enumerate(sorted(MUTANTS, key=lambda m: m.name)):
+        plan[i % len(lanes)].append(mutant)
+    plan[0].insert(0, _ReferenceProxy)
+    with ThreadPoolExecutor(len(lanes)) as pool:
+        outcomes = {o.mutant: o for lane_outcomes in pool.map(_run_lane, lanes, plan) for o in lane_outcomes}
+    problems, rows, detected = [], [], 0
+    for mutant in [_ReferenceProxy, *MUTANTS]:
+        outcome = outcomes[mutant.name]
+        want = expand(mutant.expected)
+        good = outcome.failing == want and outcome.exit_code == (0 if not want else 1)
+        detected += bool(outcome.failing) and not mutant.is_control and mutant is not _ReferenceProxy
+        rows.append(f"{'ok ' if good else 'BAD'} {mutant.name:28} exit {outcome.exit_code} "
+                    f"{outcome.duration_s:5.1f}s  {', '.join(sorted(outcome.failing)) or '(all pass)'}")
+        if not good:
+            problems.append(f"{mutant.name}: missing {sorted(want - outcome.failing)}, "
+                            f"unexpected {sorted(outcome.failing - want)}, exit {outcome.exit_code}")
+    broken = [m for m in MUTANTS if not m.is_control]
+    summary = (f"mutation score: {detected}/{len(broken)} mutants detected, "
+               f"{len(rows) - len(problems)}/{len(rows)} with exactly the declared failures")
+    (REPORTS / "matrix.txt").write_text("\n".join([*rows, summary]) + "\n")
+    with capsys.disabled():
+        print("\n" + "\n".join(rows) + "\n" + summary)
+    assert not problems, "\n".join(problems)
+
+
+class _ReferenceProxy(Mutant):
+    """The unmutated proxy: proves the proxy itself is transparent."""
+
+    name = "reference-proxy"
+    is_control = True
+
+
+def _explain(outcome: Outcome) -> str:
+    lines = [f"exit {outcome.exit_code}, failing {sorted(outcome.failing)}"]
+    for case in outcome.report.get("cases", []):  # type: ignore[union-attr]
+        if case["verdict"] not in ("PASS", "SKIP"):
+            lines.append(f"  {case['id']}: {case['verdict']} {case['reason']}")
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""The clause mirror matches docs/contract.md, and the case library covers the contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conformance.clauses import CLAUSES, MUST, parse_contract
+from conformance.registry import all_cases
+
+CONTRACT = Path(__file__).resolve().parents[3] / "docs" / "contract.md"
+
+
+def test_mirror_matches_the_contract() -> None:
+    parsed = parse_contract(CONTRACT.read_text(encoding="utf-8"))
+    assert [c.id for c in parsed] == list(CLAUSES), "clause IDs or their order differ from docs/contract.md"
+    for clause in parsed:
+        mirrored = CLAUSES[clause.id]
+        assert (mirrored.level, mirrored.section, mirrored.text) == (clause.level, clause.section, clause.text), clause.id
+
+
+def test_every_case_names_an_existing_clause() -> None:
+    for case in all_cases():
+        assert case.clause.id in CLAUSES, case.id
+        assert case.id == case.clause.id or case.id.startswith(case.clause.id + "["), case.id
+        assert case.doc, f"{case.id} has no docstring (it is shown on failure and in `conformance list`)"
+
+
+def test_every_checkable_clause_has_a_case() -> None:
+    covered = {c.clause.id for c in all_cases()}
+    missing = [c.id for c in CLAUSES.values() if c.checkable and c.id not in covered]
+    assert not missing, f"checkable clauses without a case: {missing}"
+    assert all(CLAUSES[i].level is MUST for i in ("STREAM-1", "FINISH-1", "ABORT-4"))
+
+
+def test_unchecked_clauses_say_why() -> None:
+    for clause in CLAUSES.values():
+        assert clause.checkable or clause.unchecked, clause.id
+    assert {c.id for c in CLAUSES.values() if not c.checkable} == {"VER-1", "STREAM-9", "N-3", "LIFE-1", "LIFE-2"}
