@@ -1,7 +1,7 @@
 """Model engine throughput: aggregate decode tokens/s and time to first token at 1, 8 and 32
 concurrent streams, next to a plain single-request torch loop, measured side by side in one run.
 
-    python bench/engine.py [--concurrency 1,8,32] [--seconds 12] [--rounds 3] [--direct] [--json out.json]
+    python bench/engine.py [--concurrency 1,8,32] [--seconds 8] [--rounds 5] [--direct] [--json out.json]
 
 Streams: each of c client tasks sends greedy Generate calls back to back (a distinct chat prompt
 of ~48 tokens per call, 32-95 tokens each, ignore_eos), through the gRPC server
@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import statistics
 import sys
 import time
@@ -252,13 +253,18 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--concurrency", default="1,8,32")
-    parser.add_argument("--seconds", type=float, default=12.0, help="measurement window per setting")
-    parser.add_argument("--warmup", type=float, default=8.0, help="seconds of load before each window")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=8.0, help="measurement window per setting")
+    parser.add_argument("--warmup", type=float, default=6.0, help="seconds of load before each window")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of alternating settings (noise)")
     parser.add_argument("--max-tokens", type=int, default=64, help="mean max_tokens per call")
     parser.add_argument("--direct", action="store_true", help="drive ModelEngine in process instead of gRPC")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads here and in the server (OMP_NUM_THREADS)"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     concurrency = [int(c) for c in args.concurrency.split(",")]
     source = resolve_model(None)
     texts, prompts = chat_prompts(load_tokenizer(source), 64)
@@ -292,7 +298,8 @@ def main() -> None:
     else:
         from reference_server.testing import ServerProcess
 
-        with ServerProcess(engine="model", args=server_args, startup_timeout_s=300) as server:
+        env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
+        with ServerProcess(engine="model", args=server_args, startup_timeout_s=300, env=env) as server:
             for r in range(args.rounds):
                 measure_round(
                     r,
@@ -301,6 +308,7 @@ def main() -> None:
                     ),
                 )
     medians = report(samples, concurrency, label)
+    print(f"load average during the run: {os.getloadavg()[0]:.2f} (this machine has {os.cpu_count()} cores)")
     if args.json:
         Path(args.json).write_text(
             json.dumps({"samples": [asdict(s) for s in samples], "medians": medians}, indent=2)

@@ -76,7 +76,9 @@ class ModelEngine:
             kv_tokens_total=c.kv_tokens,
             max_running_sequences=c.max_running_sequences,
             prefix_cache=True,
-            deterministic_greedy=True,
+            # verified on CPU (tests/model/test_engine_batching.py); CUDA GEMMs and flashinfer's
+            # split-KV schedule change with the batch, so a GPU run does not claim it
+            deterministic_greedy=self.device.type == "cpu",
             embedding_model_id=e.model_id if e else None,
             embedding_dimensions=e.dimensions if e else 0,
             embedding_max_tokens=e.max_tokens if e else 0,
