@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
 
 from reference_server.engine.model_engine import ModelEngine
 from reference_server.ipc import (
@@ -15,6 +20,7 @@ from reference_server.ipc import (
     SubmitRequest,
     TokenLogprob,
 )
+from reference_server.models.tokenizer import TokenizerBundle
 
 GREEDY = SamplingConfig(0.0, 1.0, 0, 0.0, 0.0, 0.0, 1.0, 0)
 DETOKENIZE = DetokenizeConfig(True, True, (), False, 0)
@@ -100,3 +106,56 @@ def assert_idle(engine: ModelEngine) -> None:
         0,
     ), load
     assert engine.kv.reserved == 0
+
+
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def write_tiny_checkpoint(folder: Path, tokenizer: TokenizerBundle) -> None:
+    """A 2-layer random Llama as a Hugging Face directory (safetensors, config, tokenizer)."""
+    gen = torch.Generator().manual_seed(0)
+    c, vocab = TINY_CONFIG, tokenizer.vocab_size
+    h, i, d = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["head_dim"])
+    q, kv = int(c["num_attention_heads"]) * d, int(c["num_key_value_heads"]) * d
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen) * 0.3
+
+    weights = {
+        "model.embed_tokens.weight": rand(vocab, h),
+        "lm_head.weight": rand(vocab, h),
+        "model.norm.weight": torch.ones(h),
+    }
+    for layer in range(int(c["num_hidden_layers"])):
+        p = f"model.layers.{layer}."
+        weights |= {
+            p + "input_layernorm.weight": 1 + rand(h),
+            p + "post_attention_layernorm.weight": 1 + rand(h),
+            p + "self_attn.q_proj.weight": rand(q, h),
+            p + "self_attn.k_proj.weight": rand(kv, h),
+            p + "self_attn.v_proj.weight": rand(kv, h),
+            p + "self_attn.o_proj.weight": rand(h, q),
+            p + "mlp.gate_proj.weight": rand(i, h),
+            p + "mlp.up_proj.weight": rand(i, h),
+            p + "mlp.down_proj.weight": rand(h, i),
+        }
+    save_file(weights, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(
+        json.dumps(TINY_CONFIG | {"vocab_size": vocab, "torch_dtype": "float32"})
+    )
+    tokenizer.tokenizer.save(str(folder / "tokenizer.json"))
