@@ -35,7 +35,7 @@ class _Budget(BaseException):
 
 async def search(ctx: Ctx, strategy: st.SearchStrategy[T],
                  body: Callable[[T], Coroutine[Any, Any, list[Mismatch]]], *, examples: int | None = None,
-                 explicit: Sequence[T] = (), shrink_budget_s: float = 8.0) -> PropertyOutcome:
+                 explicit: Sequence[T] = (), shrink_budget_s: float = 5.0) -> PropertyOutcome:
     """Run ``body`` on generated inputs until one returns mismatches; shrink it within a budget."""
     config = profile(ctx.session.profile, examples or ctx.tuning.examples)
     first_failure: list[float] = []

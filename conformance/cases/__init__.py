@@ -1,18 +1,18 @@
 """The case library, one module per clause group. Importing this package registers every case;
-the order here is the order of the report."""
+the import order below is the order cases start in and the order of the report (load-watching
+cases that need a pristine server come first)."""
 
+# isort: skip_file
 from __future__ import annotations
 
-from conformance.cases import (  # noqa: F401
-    abort,
-    admin,
-    cancel,
-    capabilities,
-    errors,
-    sampling,
-    services,
-    stops,
-    stream,
-    usage,
-)
+from conformance.cases import services  # noqa: F401
+from conformance.cases import capabilities  # noqa: F401
+from conformance.cases import errors  # noqa: F401
+from conformance.cases import stream  # noqa: F401
+from conformance.cases import sampling  # noqa: F401
+from conformance.cases import stops  # noqa: F401
+from conformance.cases import usage  # noqa: F401
+from conformance.cases import abort  # noqa: F401
+from conformance.cases import cancel  # noqa: F401
+from conformance.cases import admin  # noqa: F401
 from conformance.machines import run as _machines  # noqa: F401

@@ -38,7 +38,7 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
     remaining = set(INVARIANTS)
     verdicts: dict[str, Judgement] = {}
     total_programs = total_steps = 0
-    budget = 8.0 * session.budgets.scale
+    budget = 5.0 * session.budgets.scale
     config = profile(session.profile, session.tuning.machine_examples,
                      stateful_step_count=session.tuning.machine_steps)
     try:

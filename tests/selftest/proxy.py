@@ -175,8 +175,10 @@ class Proxy:
         if request.request_id:
             self.calls[request.request_id] = call
         try:
-            events = self.upstream_events(call.request, stream.deadline)
-            async with contextlib.aclosing(self.transform(call, events)) as outgoing:
+            # Close both generators deterministically: an upstream call left to the garbage collector stays
+            # open (and keeps generating) for as long as a reference cycle keeps its frame alive.
+            async with (contextlib.aclosing(self.upstream_events(call.request, stream.deadline)) as events,
+                        contextlib.aclosing(self.transform(call, events)) as outgoing):
                 async for item in outgoing:
                     await stream.send_message(RawMessage(item if isinstance(item, bytes) else bytes(item)))
                     await asyncio.sleep(0)

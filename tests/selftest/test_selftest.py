@@ -23,10 +23,14 @@ pytestmark = pytest.mark.slow
 
 
 def expand(patterns: frozenset[str]) -> set[str]:
+    """Case IDs: an exact ID names that case only; a pattern with ``*`` or ``?`` is a glob."""
     cases = all_cases()
-    found = {c.id for p in patterns for c in cases if matches(p, c)}
-    unknown = [p for p in patterns if not any(matches(p, c) for c in cases)]
-    assert not unknown, f"expected patterns that name no case: {unknown}"
+    ids = {c.id for c in cases}
+    found = set()
+    for pattern in patterns:
+        hits = {pattern} if pattern in ids else {c.id for c in cases if "*" in pattern and matches(pattern, c)}
+        assert hits, f"expected pattern {pattern!r} names no case"
+        found |= hits
     return found
 
 
@@ -47,7 +51,8 @@ def test_every_mutant_declares_real_cases() -> None:
     assert sum(not m.is_control for m in MUTANTS) >= 20
     for mutant in MUTANTS:
         assert mutant.is_control or mutant.expected, f"{mutant.name} declares no expected failure"
-        expand(mutant.expected)
+        expand(mutant.expected | mutant.tolerated)
+        assert not mutant.expected & mutant.tolerated, mutant.name
 
 
 def test_reference_server_passes(lanes: list[Lane]) -> None:
@@ -77,14 +82,14 @@ def test_mutants_fail_exactly_their_cases(lanes: list[Lane], capsys: pytest.Capt
     problems, rows, detected = [], [], 0
     for mutant in [_ReferenceProxy, *MUTANTS]:
         outcome = outcomes[mutant.name]
-        want = expand(mutant.expected)
-        good = outcome.failing == want and outcome.exit_code == (0 if not want else 1)
+        want, may = expand(mutant.expected), expand(mutant.tolerated)
+        good = want <= outcome.failing <= want | may and outcome.exit_code == (0 if not want else 1)
         detected += bool(outcome.failing) and not mutant.is_control and mutant is not _ReferenceProxy
         rows.append(f"{'ok ' if good else 'BAD'} {mutant.name:28} exit {outcome.exit_code} "
                     f"{outcome.duration_s:5.1f}s  {', '.join(sorted(outcome.failing)) or '(all pass)'}")
         if not good:
             problems.append(f"{mutant.name}: missing {sorted(want - outcome.failing)}, "
-                            f"unexpected {sorted(outcome.failing - want)}, exit {outcome.exit_code}")
+                            f"unexpected {sorted(outcome.failing - want - may)}, exit {outcome.exit_code}")
     broken = [m for m in MUTANTS if not m.is_control]
     summary = (f"mutation score: {detected}/{len(broken)} mutants detected, "
                f"{len(rows) - len(problems)}/{len(rows)} with exactly the declared failures")

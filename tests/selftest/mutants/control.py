@@ -34,7 +34,11 @@ def _ids(request: AbortRequest) -> list[str] | None:
 class IgnoredAbort(Mutant):
     name = "ignored-abort"
     fault = "Abort answers ABORTED but the request keeps generating"
-    expected = frozenset()
+    expected = frozenset({
+        "ABORT-2[*]", "ABORT-4[*]", "ABORT-5", "ABORT-6", "ABORT-3[abort]", "FINISH-1[stateful]",
+    })
+    # may also fail: unaborted requests run until the harness cancels them; whether one is still running at a baseline is timing
+    tolerated = frozenset({"ABORT-3[stateful]"})
 
     async def unary(self, method: str, request: Any) -> Any:
         if method != "abort":
@@ -50,7 +54,9 @@ class IgnoredAbort(Mutant):
 class AbortNotCoveringChildren(Mutant):
     name = "abort-not-covering-children"
     fault = "aborting an n>1 request ends only output 0; the other outputs keep generating"
-    expected = frozenset()
+    expected = frozenset({"ABORT-4[*]", "ABORT-3[abort]"})
+    # may also fail: whether a random program aborts an n>1 request in time for the machine to see it is timing
+    tolerated = frozenset({"FINISH-1[stateful]", "USAGE-3[stateful]"})
 
     async def unary(self, method: str, request: Any) -> Any:
         ids = _ids(request) if method == "abort" else None
@@ -83,7 +89,7 @@ class AbortNotCoveringChildren(Mutant):
 class LeakAfterCancel(Mutant):
     name = "leak-after-cancel"
     fault = "a cancelled call (or one past its deadline) keeps generating upstream"
-    expected = frozenset()
+    expected = frozenset({"CANCEL-1[*]", "CANCEL-2[deadline]", "ABORT-3[stateful]", "REQ-3"})
 
     def __init__(self, upstream: str) -> None:
         super().__init__(upstream)
@@ -115,7 +121,7 @@ class LeakAfterCancel(Mutant):
 class WrongStatusCode(Mutant):
     name = "wrong-status-code"
     fault = "a negative or non-finite temperature crashes the sampler: INTERNAL instead of INVALID_ARGUMENT"
-    expected = frozenset()
+    expected = frozenset({"SAMPLE-5[temperature=*]", "ERR-1[generated]", "ERR-3"})
 
     def rewrite_request(self, request: GenerateRequest) -> GenerateRequest:
         t = request.sampling.temperature if request.sampling else None
@@ -127,7 +133,12 @@ class WrongStatusCode(Mutant):
 class SeedIgnored(Mutant):
     name = "seed-ignored"
     fault = "SamplingParams.seed is dropped (the server picks one) but echoed in PromptInfo as if honoured"
-    expected = frozenset()
+    expected = frozenset({
+        "SAMPLE-3", "SAMPLE-3[per-output]", "SAMPLE-4[picked]", "SAMPLE-1[defaults]", "STREAM-8[seeded]",
+        "STOP-4[eos]",
+    })
+    # may also fail: an unseeded rerun hits the learned EOS token, or not, by chance
+    tolerated = frozenset({"FINISH-5[stop-token-is-eos]"})
 
     def rewrite_request(self, request: GenerateRequest) -> GenerateRequest:
         if request.sampling is not None:
@@ -157,7 +168,7 @@ class RequestRewrite(Mutant):
 class TopKIgnored(RequestRewrite):
     name = "top-k-ignored"
     fault = "truncation_sampling is advertised but top_k is silently ignored"
-    expected = frozenset()
+    expected = frozenset({"SAMPLE-7"})
 
     def edit(self, request: GenerateRequest) -> None:
         if request.sampling is not None:
@@ -167,7 +178,11 @@ class TopKIgnored(RequestRewrite):
 class TemperatureZeroAsUnset(RequestRewrite):
     name = "temperature-zero-as-unset"
     fault = "temperature=0 is read as 'unset' (the default, 1.0): greedy requests sample"
-    expected = frozenset()
+    # every case that compares greedy outputs of different requests sees sampled tokens
+    expected = frozenset({
+        "SAMPLE-1[temperature=0]", "SAMPLE-2[n]", "SAMPLE-7", "STOP-1[stop-token]", "STOP-3", "STOP-4[eos]",
+        "STREAM-6[concurrent]", "STREAM-8[greedy]",
+    })
 
     def edit(self, request: GenerateRequest) -> None:
         if request.sampling is not None and request.sampling.temperature == 0:
@@ -177,7 +192,7 @@ class TemperatureZeroAsUnset(RequestRewrite):
 class FinalOnlyIgnored(RequestRewrite):
     name = "final-only-ignored"
     fault = "final_only is advertised but the stream is delivered token by token anyway"
-    expected = frozenset()
+    expected = frozenset({"STREAM-8"})
 
     def edit(self, request: GenerateRequest) -> None:
         if request.response is not None:
@@ -187,7 +202,7 @@ class FinalOnlyIgnored(RequestRewrite):
 class InvalidIdAccepted(RequestRewrite):
     name = "invalid-id-accepted"
     fault = "a malformed request_id is sanitized and accepted instead of INVALID_ARGUMENT"
-    expected = frozenset()
+    expected = frozenset({"REQ-4[*]", "ERR-1[generated]"})
 
     def edit(self, request: GenerateRequest) -> None:
         request.request_id = re.sub(r"[^A-Za-z0-9._:/-]", "-", request.request_id)[:128]
@@ -196,7 +211,7 @@ class InvalidIdAccepted(RequestRewrite):
 class DuplicateIdAccepted(Mutant):
     name = "duplicate-id-accepted"
     fault = "request ids are made unique upstream, so a duplicate in-flight id is accepted"
-    expected = frozenset()
+    expected = frozenset({"REQ-3", "ABORT-6"})
 
     def __init__(self, upstream: str) -> None:
         super().__init__(upstream)

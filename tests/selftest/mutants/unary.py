@@ -31,7 +31,7 @@ class UnaryMutant(Mutant):
 class ContractRevisionWrong(UnaryMutant):
     name = "contract-revision-wrong"
     fault = "ServerInfo.contract_revision says 2"
-    expected = frozenset()
+    expected = frozenset({"SVC-3"})
     method = "get_server_info"
 
     def edit(self, reply: Any) -> Any:
@@ -42,7 +42,7 @@ class ContractRevisionWrong(UnaryMutant):
 class StopStringsUnadvertised(UnaryMutant):
     name = "stop-strings-unadvertised"
     fault = "stop_strings is advertised false, yet requests using stop strings are accepted"
-    expected = frozenset()
+    expected = frozenset({"CAP-1[stop_strings]"})
     method = "get_server_info"
 
     def edit(self, reply: Any) -> Any:
@@ -53,7 +53,7 @@ class StopStringsUnadvertised(UnaryMutant):
 class LoadNeverIdle(UnaryMutant):
     name = "load-never-idle"
     fault = "GetLoad always reports one more active request than there is"
-    expected = frozenset()
+    expected = frozenset({"LOAD-1[idle]"})
     method = "get_load"
 
     def edit(self, reply: Any) -> Any:
@@ -64,7 +64,7 @@ class LoadNeverIdle(UnaryMutant):
 class EmbedNotNormalized(UnaryMutant):
     name = "embed-not-normalized"
     fault = "embeddings are not L2-normalized (scaled by 2)"
-    expected = frozenset()
+    expected = frozenset({"EMBED-2"})
     method = "embed"
 
     def edit(self, reply: Any) -> Any:
@@ -76,7 +76,7 @@ class EmbedNotNormalized(UnaryMutant):
 class TokenizeAddsBos(UnaryMutant):
     name = "tokenize-adds-bos"
     fault = "Tokenize prepends a BOS token that Generate does not use"
-    expected = frozenset()
+    expected = frozenset({"TOK-1", "TOK-1[text]", "TOK-1[chat]", "USAGE-2", "USAGE-2[tokenize]"})
     method = "tokenize"
 
     def edit(self, reply: Any) -> Any:
@@ -87,7 +87,7 @@ class TokenizeAddsBos(UnaryMutant):
 class UnknownAbortFails(Mutant):
     name = "unknown-abort-fails"
     fault = "Abort of an id that is not in flight fails with NOT_FOUND"
-    expected = frozenset()
+    expected = frozenset({"ABORT-1[*]", "ABORT-6"})
 
     async def unary(self, method: str, request: Any) -> Any:
         if method == "abort" and request.request_ids is not None:
@@ -100,7 +100,7 @@ class UnknownAbortFails(Mutant):
 class AbortAllNoop(Mutant):
     name = "abort-all-noop"
     fault = "Abort(all) does nothing and reports no outcome"
-    expected = frozenset()
+    expected = frozenset({"ABORT-5"})
 
     async def unary(self, method: str, request: Any) -> Any:
         if method == "abort" and request.all is not None:
@@ -111,7 +111,7 @@ class AbortAllNoop(Mutant):
 class PauseIgnored(Mutant):
     name = "pause-ignored"
     fault = "PauseGeneration answers OK and does nothing"
-    expected = frozenset()
+    expected = frozenset({"LIFE-3[pause]"})
 
     async def unary(self, method: str, request: Any) -> Any:
         if method == "pause_generation":
@@ -122,7 +122,7 @@ class PauseIgnored(Mutant):
 class NoReflectionV1alpha(Mutant):
     name = "no-reflection-v1alpha"
     fault = "only grpc.reflection.v1 is served, not v1alpha"
-    expected = frozenset()
+    expected = frozenset({"SVC-2[reflection-v1alpha]"})
 
     def passthrough_allowed(self, path: str) -> bool:
         return "v1alpha" not in path
@@ -131,7 +131,7 @@ class NoReflectionV1alpha(Mutant):
 class HealthPerServiceMissing(Mutant):
     name = "health-per-service-missing"
     fault = "Health/Check knows only the overall service \"\", not the lmrpc services"
-    expected = frozenset()
+    expected = frozenset({"HEALTH-1"})
 
     def __mapping__(self) -> dict[str, Handler]:
         mapping = super().__mapping__()
