@@ -94,23 +94,23 @@ class Ctx:
 
     # ── Generate ─────────────────────────────────────────────
     def open(self, request: GenerateRequest, *, deadline_s: float | None = None,
-             channel: Channel | None = None) -> LiveStream:
-        """Start a Generate call in the background."""
+             channel: Channel | None = None, idle_s: float | None = None) -> LiveStream:
+        """Start a Generate call in the background (``idle_s``: longest silence before it counts as hung)."""
         if self.closed:
             raise asyncio.CancelledError("case already ended")
         call = self._record("inference", "generate", request, deadline_s=deadline_s)
         stream = LiveStream(channel or self.session.target.channel, request, deadline_s=deadline_s,
-                            idle_s=self.budgets.idle_s)
+                            idle_s=idle_s or self.budgets.idle_s)
         self._streams.append(stream)
         self._calls[id(stream)] = call
         return stream
 
     async def generate(self, request: GenerateRequest, *, deadline_s: float | None = None,
-                       hung_ok: bool = False) -> StreamRecord:
+                       hung_ok: bool = False, total_s: float | None = None) -> StreamRecord:
         """Run one Generate call to its end. A call that hangs raises StreamHung (unless ``hung_ok``):
         a property search stops at once instead of shrinking through more hangs."""
-        stream = self.open(request, deadline_s=deadline_s)
-        record = await stream.finish(self.budgets.stream_s)
+        stream = self.open(request, deadline_s=deadline_s, idle_s=total_s)
+        record = await stream.finish(total_s or self.budgets.stream_s)
         self._calls[id(stream)].outcome = record.summary()
         if record.end is End.HUNG and not hung_ok:
             raise StreamHung(f"Generate({request.request_id!r}) hung: {record.detail}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
-from conformance.check import CaseFailed, CaseSkipped, StreamHung
+from conformance.check import CaseFailed, CaseSkipped, StreamHung, show
 from conformance.context import Ctx
 from conformance.live import StreamStalled
 from conformance.liveness import probe
@@ -75,7 +75,7 @@ async def run_case(session: Session, case: Case) -> CaseResult:
                      notes=ctx.notes)
     if verdict is Verdict.FAIL:
         result.repro = ctx.repro or Repro(kind="transcript", example="\n".join(
-            f"{c.t_s:7.3f}s {c.method}({c.request!r}) {c.outcome}" for c in ctx.transcript),
+            f"{c.t_s:7.3f}s {c.method}({show(c.request)}) {c.outcome}" for c in ctx.transcript),
             script=script(case.id, str(session.target.endpoint), ctx.transcript))
     return result
 

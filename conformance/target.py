@@ -17,6 +17,7 @@ from lmrpc.v1 import (
     Capabilities,
     ControlServiceStub,
     EmbeddingModelInfo,
+    GetLoadRequest,
     GetModelInfoRequest,
     GetServerInfoRequest,
     InferenceServiceStub,
@@ -74,6 +75,7 @@ class TargetInfo:
     server: ServerInfo
     model: ModelInfo
     embedding: EmbeddingModelInfo | None
+    kv_tokens_total: int = 0  # from GetLoad at connect time; 0 when the server does not say
 
     @property
     def caps(self) -> Capabilities:
@@ -119,10 +121,12 @@ class Target:
         try:
             server = await asyncio.wait_for(control.get_server_info(GetServerInfoRequest()), timeout_s)
             model = await asyncio.wait_for(control.get_model_info(GetModelInfoRequest()), timeout_s)
+            load = await asyncio.wait_for(control.get_load(GetLoadRequest()), timeout_s)
         except BaseException:
             channel.close()
             raise
-        info = TargetInfo(server.server or ServerInfo(), model.model or ModelInfo(), model.embedding_model)
+        info = TargetInfo(server.server or ServerInfo(), model.model or ModelInfo(), model.embedding_model,
+                          int(load.current.kv_tokens_total) if load.current else 0)
         return Target(endpoint, info, channel, control, InferenceServiceStub(channel))
 
     def fresh_channel(self) -> Channel:

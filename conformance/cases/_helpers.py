@@ -46,7 +46,12 @@ def long_request(ctx: Ctx, text: str = "Once upon a time", *, n: int | None = No
 
 
 def long_tokens(ctx: Ctx) -> int:
-    return max(1, min(ctx.tuning.long_tokens, ctx.info.max_context - 64))
+    """max_tokens of a request that must stay in flight: as long as the window allows, but small enough
+    that several at once fit a KV cache that reserves each request's worst case up front."""
+    limit = min(ctx.tuning.long_tokens, ctx.info.max_context - 64)
+    if ctx.info.kv_tokens_total:
+        limit = min(limit, max(64, ctx.info.kv_tokens_total // 16))
+    return max(1, limit)
 
 
 def ok(ctx: Ctx, record: StreamRecord, what: str = "the stream") -> StreamRecord:

@@ -1,0 +1,38 @@
+"""The harness against the reference server running the real default model (SmolLM2-135M on CPU):
+every MUST and SHOULD case passes. The MUST run's wall time is written to the report folder (it is
+measured, not asserted: the CI machine is shared)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reference_server.testing import ServerProcess
+
+from .lanes import run_harness
+
+REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest"))
+TIME_SCALE = float(os.environ.get("LMRPC_MODEL_TIME_SCALE", "3"))  # a shared 2-core CPU is a slow accelerator
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def model_server() -> Iterator[ServerProcess]:
+    with ServerProcess(engine="model", startup_timeout_s=300) as server:
+        yield server
+
+
+@pytest.mark.parametrize("level", ["must", "should"])
+def test_reference_model_passes(model_server: ServerProcess, level: str) -> None:
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    outcome = run_harness(model_server.target, REPORTS, f"model-{level}", time_scale=TIME_SCALE,
+                          extra=("--level", level))
+    (REPORTS / f"model-{level}.time").write_text(f"{outcome.duration_s:.1f}s wall for --level {level}\n")
+    problems = [f"{c['id']}: {c['verdict']} {c['reason']}" for c in outcome.report.get("cases", [])  # type: ignore[union-attr]
+                if c["verdict"] not in ("PASS", "SKIP")]
+    assert outcome.exit_code == 0, "\n".join(problems) or json.dumps(outcome.report)[:2000]
