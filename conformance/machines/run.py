@@ -68,7 +68,8 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
                 break
             clause, mismatches, steps, first_call = failure
             target = str(session.target.endpoint)
-            repro = Repro(kind="steps", example=shown or describe(steps),
+            shown = shown if shown.startswith("Failing test case") else "\n".join(filter(None, [shown, describe(steps)]))
+            repro = Repro(kind="steps", example=shown,
                           script=script(f"{clause}[stateful]", target, ctx.transcript[first_call:]))
             verdicts[clause] = Judgement(False, mismatches, repro)
             remaining.discard(clause)
