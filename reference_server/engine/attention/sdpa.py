@@ -8,9 +8,10 @@ backend computes each output row in an order that depends only on that row:
 - keys are gathered per sequence and padded to a multiple of ``KV_BLOCK`` (padding masked);
 - scores are one float32 GEMM over head_dim (queries pre-scaled), with at least
   ``MIN_QUERY_ROWS`` query rows (MKL uses another kernel for fewer rows);
-- the softmax denominator is a sequential ``cumsum`` (padding adds exact zeros at the end);
-- P·V is a GEMM per block of ``KV_BLOCK`` keys (fixed shape), then the block partials are
-  summed with a sequential ``cumsum`` over blocks.
+- P·V is a GEMM per block of ``KV_BLOCK`` keys (fixed shape); the softmax denominator is a
+  sum per block of keys (fixed length);
+- block results are added in a pairwise tree fixed by block index (``_tree_sum``), so the zero
+  blocks of padding never change a sum; ``Tensor.sum`` picks its order from the total length.
 
 Decode rows (one new token) of all sequences share one gather and one GEMM per KV head.
 """
@@ -33,8 +34,9 @@ PREFILL_TILE_TOKENS = 128  # bounds the [rows, keys] score matrix of a long pref
 @dataclass(frozen=True, slots=True)
 class _DecodePlan:
     q_index: torch.Tensor  # [B] rows of the flattened batch
-    slots: torch.Tensor  # [B * L] slots to gather (padding points at slot 0)
-    visible: torch.Tensor  # [1, B, 1, L] key mask
+    slots: torch.Tensor  # [B * L] slots to gather (padding points at stale slots)
+    hidden: torch.Tensor  # [1, B, 1, L - first_hidden] keys to mask, from first_hidden on
+    first_hidden: int  # every key before this one is visible to every row
     batch: int
     length: int  # L, a multiple of KV_BLOCK
 
@@ -44,7 +46,9 @@ class _PrefillTile:
     q_start: int  # first row of the tile in the flattened batch
     q_len: int
     length: int  # keys visible to the tile, padded to a multiple of KV_BLOCK
-    visible: torch.Tensor  # [rows, length], rows = q_len * group (padded to MIN_QUERY_ROWS)
+    rows: int  # q_len * group, padded to MIN_QUERY_ROWS
+    hidden: torch.Tensor  # [rows, length - first_hidden] keys to mask, from first_hidden on
+    first_hidden: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +103,14 @@ class SdpaBackend:
         rows = torch.tensor([s.row for s in spans], device=self.device)
         kv_lens = torch.tensor([s.kv_len for s in spans], device=self.device)
         slots = self.table.rows.index_select(0, rows)[:, :length]
-        positions = torch.arange(length, device=self.device)
-        visible = positions[None, :] < kv_lens[:, None]
+        first_hidden = min(s.kv_len for s in spans)
+        positions = torch.arange(first_hidden, length, device=self.device)
+        hidden = positions[None, :] >= kv_lens[:, None]
         return _DecodePlan(
             q_index=torch.tensor([s.q_start for s in spans], device=self.device),
             slots=slots.reshape(-1),
-            visible=visible[None, :, None, :],
+            hidden=hidden[None, :, None, :],
+            first_hidden=first_hidden,
             batch=len(spans),
             length=length,
         )
@@ -120,8 +126,9 @@ class SdpaBackend:
             pad = MIN_QUERY_ROWS - pos.numel()
             if pad > 0:
                 pos = F.pad(pos, (0, pad), value=int(pos[-1]))
-            visible = torch.arange(length, device=self.device)[None, :] <= pos[:, None]
-            tiles.append(_PrefillTile(span.q_start + start, q_len, length, visible))
+            first_hidden = first_pos + start + 1  # the tile's first query sees keys up to itself
+            hidden = torch.arange(first_hidden, length, device=self.device)[None, :] > pos[:, None]
+            tiles.append(_PrefillTile(span.q_start + start, q_len, length, pos.numel(), hidden, first_hidden))
         total = _padded(span.kv_len)
         slots = self.table.rows[span.row, :total]
         return _PrefillPlan(slots=slots, tiles=tiles)
@@ -139,13 +146,13 @@ class SdpaBackend:
         scores = torch.empty((kvh, b, rows, length), device=q.device)
         for h in range(kvh):
             torch.bmm(queries[:, h], keys[:, :, h].transpose(1, 2), out=scores[h])
-        probs, denom = self._softmax(scores, plan.visible)
+        probs, denom = _softmax(scores, plan.hidden, plan.first_hidden)
         blocks = length // KV_BLOCK
         prob_blocks = probs.view(kvh, b, rows, blocks, KV_BLOCK).transpose(2, 3)
         partial = torch.empty((kvh, b, blocks, rows, d), device=q.device)
         for h in range(kvh):
             torch.matmul(prob_blocks[h], values[:, :, h].view(b, blocks, KV_BLOCK, d), out=partial[h])
-        out = partial.cumsum(2)[:, :, -1] / denom  # [KVH, B, rows, D]
+        out = _tree_sum(partial, 2) / denom[..., None]  # [KVH, B, rows, D]
         return out[:, :, :g].permute(1, 0, 2, 3).reshape(b, self.num_heads, d).to(q.dtype)
 
     def _attend_prefill(
@@ -154,26 +161,43 @@ class SdpaBackend:
         """q [n, H, D]; keys/values [L, KVH, D] float32 → [n, H, D] float32."""
         n, kvh, g, d = tile.q_len, self.num_kv_heads, self.group, self.head_dim
         queries = (q.float() * self.scale).view(n, kvh, g, d).permute(1, 0, 2, 3).reshape(kvh, n * g, d)
-        rows = tile.visible.shape[0]
+        rows = tile.rows
         if rows > n * g:
             queries = F.pad(queries, (0, 0, 0, rows - n * g))
         length = tile.length
         k = keys[:length].permute(1, 2, 0)  # [KVH, D, L]
         scores = torch.bmm(queries, k)
-        probs, denom = self._softmax(scores, tile.visible)
+        probs, denom = _softmax(scores, tile.hidden, tile.first_hidden)
         blocks = length // KV_BLOCK
         prob_blocks = probs.view(kvh, rows, blocks, KV_BLOCK).transpose(1, 2)
         v = values[:length].view(blocks, KV_BLOCK, kvh, d).permute(2, 0, 1, 3)  # [KVH, blocks, S, D]
         partial = torch.matmul(prob_blocks, v)  # [KVH, blocks, rows, D]
-        out = partial.cumsum(1)[:, -1] / denom  # [KVH, rows, D]
+        out = _tree_sum(partial, 1) / denom[..., None]  # [KVH, rows, D]
         return out[:, : n * g].view(kvh, n, g, d).permute(1, 0, 2, 3).reshape(n, self.num_heads, d)
 
-    def _softmax(self, scores: torch.Tensor, visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Unnormalized probabilities (in place of ``scores``, already scaled) and their row sums."""
-        scores.masked_fill_(~visible, float("-inf"))
-        scores.sub_(scores.amax(-1, keepdim=True)).exp_()
-        denom = scores.cumsum(-1)[..., -1:]
-        return scores, denom
+
+def _softmax(
+    scores: torch.Tensor, hidden: torch.Tensor, first_hidden: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unnormalized probabilities, in place of ``scores`` [..., rows, L] (already scaled), and
+    their row sums [..., rows]. Only keys from ``first_hidden`` on can be masked."""
+    scores[..., first_hidden:].masked_fill_(hidden, float("-inf"))
+    scores.sub_(scores.amax(-1, keepdim=True)).exp_()
+    block_sums = scores.view(*scores.shape[:-1], -1, KV_BLOCK).sum(-1)  # fixed-length sums
+    return scores, _tree_sum(block_sums, -1)
+
+
+def _tree_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sum over ``dim`` as a pairwise tree fixed by index: ((x0+x1)+(x2+x3))+... An odd last
+    element moves up unchanged, which equals adding zeros, so trailing zero blocks never change
+    the result."""
+    dim %= x.dim()
+    while x.shape[dim] > 1:
+        n = x.shape[dim]
+        pairs = x.narrow(dim, 0, n - n % 2).reshape(*x.shape[:dim], n // 2, 2, *x.shape[dim + 1 :])
+        summed = pairs.select(dim + 1, 0) + pairs.select(dim + 1, 1)
+        x = torch.cat((summed, x.narrow(dim, n - 1, 1)), dim) if n % 2 else summed
+    return x.squeeze(dim)
 
 
 def _padded(length: int) -> int:
