@@ -90,7 +90,7 @@ async def default_max_tokens_lowered(ctx: Ctx) -> None:
     low = random.randrange(max(ctx.info.vocab_size - 700, 1))  # a fresh prompt: a prefix cache must not help
     t8 = await _prefill_s(ctx, window // 8, low)
     predicted = t8 * 64  # at least quadratic growth
-    if predicted > budget / 2:
+    if budget / 2 < predicted <= 8 * budget:  # neither clearly fine nor clearly hopeless: measure the growth
         t4 = await _prefill_s(ctx, window // 4, low + 50)
         growth = 2 ** max(1.0, math.log2(max(t4, 1e-3) / max(t8, 1e-3)))
         predicted = 2 * t4 * growth**2  # growth per doubling only rises with length: keep a margin of 2
