@@ -82,6 +82,12 @@ class Outcome:
     duration_s: float
 
 
+def _cases(report: dict[str, object]) -> list[dict[str, str]]:
+    cases = report.get("cases", [])
+    assert isinstance(cases, list)
+    return cases
+
+
 def run_harness(target: str, out_dir: Path, name: str, *, time_scale: float, extra: tuple[str, ...] = ()) -> Outcome:
     """``conformance run`` as a user runs it: the installed CLI in a subprocess, reports to files."""
     report = out_dir / f"{name}.json"

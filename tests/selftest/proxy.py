@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -101,9 +101,9 @@ class Proxy:
     def rewrite_request(self, request: GenerateRequest) -> GenerateRequest:
         return request
 
-    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
-        async for event in events:
-            yield event
+    def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        """The events sent downstream. Mutants override it with an async generator."""
+        return events
 
     async def unary(self, method: str, request: Any) -> Any:
         """Forward one unary lmrpc call; mutants override per method."""
@@ -160,7 +160,7 @@ class Proxy:
 
         return handle
 
-    async def upstream_events(self, request: GenerateRequest, deadline: Any) -> AsyncIterator[GenerateResponse]:
+    async def upstream_events(self, request: GenerateRequest, deadline: Any) -> AsyncGenerator[GenerateResponse]:
         async with self.channel.request("/lmrpc.v1.InferenceService/Generate", Cardinality.UNARY_STREAM,
                                         GenerateRequest, GenerateResponse, deadline=deadline) as up:
             await up.send_message(request, end=True)
@@ -178,7 +178,7 @@ class Proxy:
             # Close both generators deterministically: an upstream call left to the garbage collector stays
             # open (and keeps generating) for as long as a reference cycle keeps its frame alive.
             async with (contextlib.aclosing(self.upstream_events(call.request, stream.deadline)) as events,
-                        contextlib.aclosing(self.transform(call, events)) as outgoing):
+                        contextlib.aclosing(_closable(self.transform(call, events))) as outgoing):
                 async for item in outgoing:
                     await stream.send_message(RawMessage(item if isinstance(item, bytes) else bytes(item)))
                     await asyncio.sleep(0)
@@ -187,6 +187,11 @@ class Proxy:
         finally:
             if self.calls.get(request.request_id) is call:
                 del self.calls[request.request_id]
+
+
+async def _closable(events: AsyncIterator[Out]) -> AsyncGenerator[Out]:
+    async for event in events:
+        yield event
 
 
 def pin_seed(request: GenerateRequest) -> GenerateRequest:

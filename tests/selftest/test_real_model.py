@@ -13,7 +13,7 @@ import pytest
 
 from reference_server.testing import ServerProcess
 
-from .lanes import run_harness
+from .lanes import _cases, run_harness
 
 REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest"))
 TIME_SCALE = float(os.environ.get("LMRPC_MODEL_TIME_SCALE", "3"))  # a shared 2-core CPU is a slow accelerator
@@ -33,6 +33,6 @@ def test_reference_model_passes(model_server: ServerProcess, level: str) -> None
     outcome = run_harness(model_server.target, REPORTS, f"model-{level}", time_scale=TIME_SCALE,
                           extra=("--level", level))
     (REPORTS / f"model-{level}.time").write_text(f"{outcome.duration_s:.1f}s wall for --level {level}\n")
-    problems = [f"{c['id']}: {c['verdict']} {c['reason']}" for c in outcome.report.get("cases", [])  # type: ignore[union-attr]
+    problems = [f"{c['id']}: {c['verdict']} {c['reason']}" for c in _cases(outcome.report)
                 if c["verdict"] not in ("PASS", "SKIP")]
     assert outcome.exit_code == 0, "\n".join(problems) or json.dumps(outcome.report)[:2000]

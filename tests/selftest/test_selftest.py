@@ -12,7 +12,7 @@ import pytest
 
 from conformance.registry import all_cases, matches
 
-from .lanes import Lane, Outcome, run_harness
+from .lanes import Lane, Outcome, _cases, run_harness
 from .mutants import MUTANTS, Mutant
 
 TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
@@ -62,7 +62,7 @@ def test_reference_server_passes(lanes: list[Lane]) -> None:
     assert outcome.exit_code == 0
 
 
-def _run_lane(lane: Lane, mutants: list[type[Mutant]]) -> list[Outcome]:
+def _run_lane(lane: Lane, mutants: list[type[Mutant]]) -> list[Outcome]:  # one lane, one mutant at a time
     outcomes = []
     for mutant in mutants:
         lane.reset()
@@ -80,7 +80,8 @@ def test_mutants_fail_exactly_their_cases(lanes: list[Lane], capsys: pytest.Capt
     with ThreadPoolExecutor(len(lanes)) as pool:
         outcomes = {o.mutant: o for lane_outcomes in pool.map(_run_lane, lanes, plan) for o in lane_outcomes}
     problems, rows, detected = [], [], 0
-    for mutant in [_ReferenceProxy, *MUTANTS]:
+    candidates: list[type[Mutant]] = [_ReferenceProxy, *MUTANTS]
+    for mutant in candidates:
         outcome = outcomes[mutant.name]
         want, may = expand(mutant.expected), expand(mutant.tolerated)
         good = want <= outcome.failing <= want | may and outcome.exit_code == (0 if not want else 1)
@@ -108,7 +109,7 @@ class _ReferenceProxy(Mutant):
 
 def _explain(outcome: Outcome) -> str:
     lines = [f"exit {outcome.exit_code}, failing {sorted(outcome.failing)}"]
-    for case in outcome.report.get("cases", []):  # type: ignore[union-attr]
+    for case in _cases(outcome.report):
         if case["verdict"] not in ("PASS", "SKIP"):
             lines.append(f"  {case['id']}: {case['verdict']} {case['reason']}")
     return "\n".join(lines)

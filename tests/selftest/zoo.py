@@ -13,6 +13,8 @@ import json
 import os
 import signal
 
+from grpclib.server import Server
+
 from .mutants import MUTANTS
 from .proxy import Proxy, make_server
 
@@ -27,7 +29,7 @@ async def serve(upstream: str, ready_file: str, only: set[str]) -> None:
         server = make_server(proxy)
         await server.start("127.0.0.1", 0)
         servers[name] = server
-    ports = {name: s._server.sockets[0].getsockname()[1] for name, s in servers.items()}
+    ports = {name: _port(server) for name, server in servers.items()}
     tmp = f"{ready_file}.tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(ports, handle)
@@ -40,6 +42,12 @@ async def serve(upstream: str, ready_file: str, only: set[str]) -> None:
     for server in servers.values():
         server.close()
     await asyncio.gather(*(s.wait_closed() for s in servers.values()))
+
+
+def _port(server: Server) -> int:
+    listening = server._server
+    assert isinstance(listening, asyncio.Server)
+    return int(listening.sockets[0].getsockname()[1])
 
 
 def main() -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from .base import Mutant
 from .control import CONTROL_MUTANTS
+from .controls import CORRECT_VARIANTS
 from .stream import STREAM_MUTANTS
 from .unary import UNARY_MUTANTS
 
-MUTANTS: tuple[type[Mutant], ...] = (*STREAM_MUTANTS, *CONTROL_MUTANTS, *UNARY_MUTANTS)
+MUTANTS: tuple[type[Mutant], ...] = (*STREAM_MUTANTS, *CONTROL_MUTANTS, *UNARY_MUTANTS, *CORRECT_VARIANTS)
 
 __all__ = ["MUTANTS", "Mutant"]

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import betterproto2
 
-from lmrpc.v1 import GenerateResponse
+from lmrpc.v1 import GenerateResponse, OutputFinished, PromptInfo, TokenDelta
 
 from ..proxy import Proxy
 
@@ -20,6 +20,21 @@ class Mutant(Proxy):
     tolerated: ClassVar[frozenset[str]] = frozenset()  # may also fail, for a timing reason stated beside it
     is_control: ClassVar[bool] = False  # a correct variant (slow, merging deltas): must pass everything
     time_scale: ClassVar[float] = 1.0  # multiplies the self-test's --time-scale for this mutant
+
+
+def delta(event: GenerateResponse) -> TokenDelta:
+    assert event.delta is not None
+    return event.delta
+
+
+def finished(event: GenerateResponse) -> OutputFinished:
+    assert event.finished is not None
+    return event.finished
+
+
+def prompt(event: GenerateResponse) -> PromptInfo:
+    assert event.prompt_info is not None
+    return event.prompt_info
 
 
 def kind(event: GenerateResponse) -> str:

@@ -24,7 +24,7 @@ from lmrpc.v1 import (
 )
 
 from ..proxy import Call, Out
-from .base import Mutant, kind
+from .base import Mutant, delta, kind, prompt
 
 
 def _ids(request: AbortRequest) -> list[str] | None:
@@ -82,7 +82,7 @@ class AbortNotCoveringChildren(Mutant):
                 if done0:
                     continue
                 if kind(event) == "delta":
-                    tokens0 += len(event.delta.token_ids)
+                    tokens0 += len(delta(event).token_ids)
             yield event
 
 
@@ -150,7 +150,7 @@ class SeedIgnored(Mutant):
         seed = original.seed if original is not None else None
         async for event in events:
             if kind(event) == "prompt_info" and seed is not None:
-                event.prompt_info.seed = seed
+                prompt(event).seed = seed
             yield event
 
 

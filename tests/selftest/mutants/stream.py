@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 from grpclib import GRPCError, Status
 
@@ -12,7 +11,7 @@ from conformance.wire import length_field, split_fields
 from lmrpc.v1 import FinishReason, GenerateResponse, PromptInfo, TokenDelta, Usage
 
 from ..proxy import Call, Out
-from .base import Mutant, clone, kind
+from .base import Mutant, clone, delta, finished, kind, prompt
 
 
 class DoubleFinish(Mutant):
@@ -22,7 +21,7 @@ class DoubleFinish(Mutant):
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         async for event in events:
-            if kind(event) == "finished" and not event.finished.output_index:
+            if kind(event) == "finished" and not finished(event).output_index:
                 copy = clone(event)
                 copy.usage = None
                 yield copy
@@ -39,7 +38,7 @@ class MissingFinish(Mutant):
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         pending: GenerateResponse | None = None
         async for event in events:
-            if (kind(event) == "finished" and call.n == 1 and event.finished.reason == FinishReason.LENGTH
+            if (kind(event) == "finished" and call.n == 1 and finished(event).reason == FinishReason.LENGTH
                     and pending is not None):
                 pending.usage = event.usage
                 yield pending
@@ -71,15 +70,15 @@ class CumulativeIds(Mutant):
         so_far: dict[int, list[int]] = {}
         final_only = call.request.response is not None and call.request.response.final_only
         async for event in events:
-            if kind(event) != "delta" or not event.delta.token_ids or final_only:
+            if kind(event) != "delta" or not delta(event).token_ids or final_only:
                 yield event
                 continue
-            ids = so_far.setdefault(event.delta.output_index or 0, [])
-            for i, token in enumerate(event.delta.token_ids):  # one token per delta: the same in every run
+            ids = so_far.setdefault(delta(event).output_index or 0, [])
+            for i, token in enumerate(delta(event).token_ids):  # one token per delta: the same in every run
                 ids.append(token)
                 yield GenerateResponse(request_id=event.request_id, usage=event.usage, delta=TokenDelta(
-                    output_index=event.delta.output_index, token_ids=list(ids), text=event.delta.text if i == 0 else "",
-                    logprobs=event.delta.logprobs[i:i + 1]))
+                    output_index=delta(event).output_index, token_ids=list(ids), text=delta(event).text if i == 0 else "",
+                    logprobs=delta(event).logprobs[i:i + 1]))
 
 
 class UsageOffByOne(Mutant):
@@ -135,11 +134,11 @@ class RequestIdNotEchoed(Mutant):
 
 def _split_text_bytes(event: GenerateResponse, cut: int) -> tuple[bytes, bytes]:
     """Two raw GenerateResponse messages: the delta's ids with text bytes [:cut], then the rest."""
-    delta = event.delta
-    raw = delta.text.encode()
+    body = delta(event)
+    raw = body.text.encode()
     head = clone(event)
-    head.delta.text = ""
-    tail = GenerateResponse(request_id=event.request_id, delta=TokenDelta(output_index=delta.output_index))
+    delta(head).text = ""
+    tail = GenerateResponse(request_id=event.request_id, delta=TokenDelta(output_index=body.output_index))
 
     def with_text(message: GenerateResponse, text: bytes) -> bytes:
         out = b""
@@ -158,7 +157,7 @@ class Utf8Split(Mutant):
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         async for event in events:
             if kind(event) == "delta":
-                raw = event.delta.text.encode()
+                raw = delta(event).text.encode()
                 cut = next((i + 1 for i, b in enumerate(raw) if b >= 0xC0), None)  # just after a lead byte
                 if cut is not None:
                     for part in _split_text_bytes(event, cut):
@@ -175,10 +174,10 @@ class StopStringLeaked(Mutant):
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         include = call.request.stopping is not None and call.request.stopping.include_stop_in_output
         async for event in events:
-            stop = event.finished.stop if kind(event) == "finished" else None
+            stop = finished(event).stop if kind(event) == "finished" else None
             if stop is not None and stop.stop_string and not include:
                 yield GenerateResponse(request_id=event.request_id, delta=TokenDelta(
-                    output_index=event.finished.output_index, text=stop.stop_string))
+                    output_index=finished(event).output_index, text=stop.stop_string))
             yield event
 
 
@@ -188,13 +187,13 @@ class UsageOnEveryMessage(Mutant):
     expected = frozenset({"USAGE-1"})
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
-        prompt, generated = 0, 0
+        prompt_tokens, generated = 0, 0
         async for event in events:
             if kind(event) == "prompt_info":
-                prompt = event.prompt_info.prompt_tokens
+                prompt_tokens = prompt(event).prompt_tokens
             elif kind(event) == "delta":
-                generated += len(event.delta.token_ids)
-                event.usage = Usage(prompt_tokens=prompt, completion_tokens=generated)
+                generated += len(delta(event).token_ids)
+                event.usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=generated)
             yield event
 
 
@@ -221,8 +220,8 @@ class UnspecifiedReason(Mutant):
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         async for event in events:
-            if kind(event) == "finished" and event.finished.reason == FinishReason.LENGTH:
-                event.finished.reason = FinishReason.UNSPECIFIED
+            if kind(event) == "finished" and finished(event).reason == FinishReason.LENGTH:
+                finished(event).reason = FinishReason.UNSPECIFIED
             yield event
 
 
@@ -262,57 +261,12 @@ class LogprobsDropped(Mutant):
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         async for event in events:
             if kind(event) == "delta":
-                event.delta.logprobs = []
+                delta(event).logprobs = []
             yield event
-
-
-class SlowButCorrect(Mutant):
-    name = "slow-but-correct"
-    fault = "(control) every RPC answers 50 ms late and every message 1 ms late"
-    is_control = True
-    time_scale = 2.0
-
-    async def unary(self, method: str, request: Any) -> Any:
-        await asyncio.sleep(0.05)
-        return await super().unary(method, request)
-
-    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
-        await asyncio.sleep(0.05)
-        async for event in events:
-            await asyncio.sleep(0.001)
-            yield event
-
-
-class MergedDeltas(Mutant):
-    name = "merged-deltas"
-    fault = "(control) consecutive deltas of one output are merged, as STREAM-9 allows"
-    is_control = True
-
-    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
-        held: GenerateResponse | None = None
-        async for event in events:
-            if kind(event) == "delta":
-                if (held is not None and held.delta.output_index == event.delta.output_index and held.usage is None
-                        and len(held.delta.token_ids) < 8):
-                    held.delta.token_ids = [*held.delta.token_ids, *event.delta.token_ids]
-                    held.delta.text += event.delta.text
-                    held.delta.logprobs = [*held.delta.logprobs, *event.delta.logprobs]
-                    held.usage = event.usage
-                    continue
-                if held is not None:
-                    yield held
-                held = event
-                continue
-            if held is not None:
-                yield held
-                held = None
-            yield event
-        if held is not None:
-            yield held
 
 
 STREAM_MUTANTS: tuple[type[Mutant], ...] = (
     DoubleFinish, MissingFinish, CumulativeIds, UsageOffByOne, PromptCountedNTimes, LostOutputIndex,
     RequestIdNotEchoed, Utf8Split, StopStringLeaked, UsageOnEveryMessage, PromptInfoTwice, UnspecifiedReason,
-    HangMidStream, CrashMidStream, LogprobsDropped, SlowButCorrect, MergedDeltas,
+    HangMidStream, CrashMidStream, LogprobsDropped,
 )
