@@ -18,7 +18,7 @@ from .lanes import _cases, run_harness
 REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest"))
 TIME_SCALE = float(os.environ.get("LMRPC_MODEL_TIME_SCALE", "3"))  # a shared 2-core CPU is a slow accelerator
 
-pytestmark = [pytest.mark.model, pytest.mark.slow]
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
 LANES = int(os.environ.get("LMRPC_SELFTEST_LANES", "3"))
 REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest"))
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # the whole zoo runs inside one test
 
 
 def expand(patterns: frozenset[str]) -> set[str]:
