@@ -23,6 +23,7 @@ class ModelEngineConfig:
     max_batch_tokens: int = 512  # tokens per forward pass: the chunked-prefill budget
     attention_backend: str = "auto"  # auto: flashinfer on CUDA when installed, else sdpa
     load_embedding_model: bool = True
+    num_threads: int | None = None  # torch intra-op threads; None: torch's choice (OMP_NUM_THREADS or cores)
 
     def __post_init__(self) -> None:
         if self.device.split(":", 1)[0] not in DEVICES:
@@ -35,6 +36,8 @@ class ModelEngineConfig:
             )
         if self.kv_tokens < 1:
             raise ValueError(f"kv_tokens={self.kv_tokens} must be >= 1")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads={self.num_threads} must be >= 1")
         if self.max_running_sequences < 1:
             raise ValueError(f"max_running_sequences={self.max_running_sequences} must be >= 1")
         if self.max_batch_tokens < self.max_running_sequences:

@@ -35,6 +35,8 @@ SLOT_TABLE_WIDTH_MULTIPLE = 256  # attention pads key lists; the table must cove
 class ModelEngine:
     def __init__(self, config: ModelEngineConfig) -> None:
         self.config = config
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
         self.device = config.torch_device()
         self.dtype = config.torch_dtype(self.device)
         tokenizer = load_tokenizer(config.source)
