@@ -31,8 +31,8 @@ from grpclib.server import Server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lmrpc.client import LmrpcClient  # noqa: E402
-from lmrpc.v1 import (  # noqa: E402
+from lmrpc.client import LmrpcClient
+from lmrpc.v1 import (
     FinishReason,
     GenerateRequest,
     GenerateResponse,
@@ -44,7 +44,7 @@ from lmrpc.v1 import (  # noqa: E402
     TokenDelta,
     Usage,
 )
-from reference_server.testing import ServerProcess  # noqa: E402
+from reference_server.testing import ServerProcess
 
 
 class BareInference(InferenceServiceBase):
