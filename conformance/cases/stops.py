@@ -11,7 +11,7 @@ from conformance.check import CaseSkipped
 from conformance.context import Ctx
 from conformance.registry import case
 from conformance.streams import OutputView, StreamRecord
-from lmrpc.v1 import FinishReason, GenerateRequest, ResponseOptions, StopMatch
+from lmrpc.v1 import ChatInput, ChatMessage, FinishReason, GenerateRequest, ResponseOptions, StopMatch
 
 DETERMINISTIC = "deterministic_greedy|seeded_sampling"
 PROMPT = "Once upon a time"
@@ -31,14 +31,26 @@ def _length(ctx: Ctx) -> int:
     return max(2 * ctx.tuning.max_tokens, 16)
 
 
-async def learn(ctx: Ctx, text: str = PROMPT, seed: int | None = None) -> OutputView:
+Prompt = str | ChatInput
+
+
+def _prompted(ctx: Ctx, prompt: Prompt, **kw: Any) -> GenerateRequest:
+    if isinstance(prompt, str):
+        return request(ctx, prompt, **kw)
+    req = request(ctx, **kw)
+    req.text, req.chat = None, prompt
+    return req
+
+
+async def learn(ctx: Ctx, prompt: Prompt = PROMPT, seed: int | None = None) -> OutputView:
     """Output 0 of a reproducible run with ignore_eos (the reference the stop runs are compared with)."""
-    req = _pin(ctx, request(ctx, text, max_tokens=_length(ctx), ignore_eos=True), seed)
+    req = _pin(ctx, _prompted(ctx, prompt, max_tokens=_length(ctx), ignore_eos=True), seed)
     return ok(ctx, await ctx.generate(req)).outputs()[0]
 
 
-async def rerun(ctx: Ctx, text: str = PROMPT, seed: int | None = None, **kw: Any) -> tuple[StreamRecord, OutputView]:
-    record = ok(ctx, await ctx.generate(_pin(ctx, request(ctx, text, max_tokens=_length(ctx), **kw), seed)))
+async def rerun(ctx: Ctx, prompt: Prompt = PROMPT, seed: int | None = None,
+                **kw: Any) -> tuple[StreamRecord, OutputView]:
+    record = ok(ctx, await ctx.generate(_pin(ctx, _prompted(ctx, prompt, max_tokens=_length(ctx), **kw), seed)))
     return record, record.outputs()[0]
 
 
@@ -131,26 +143,45 @@ async def stop_token_ends(ctx: Ctx) -> None:
 
 @dataclass(frozen=True, slots=True)
 class EosRun:
-    text: str
+    prompt: Prompt
     seed: int | None  # None: greedy
     learned: OutputView
     position: int  # index of the first EOS token in learned.token_ids
 
 
-async def find_eos(ctx: Ctx) -> EosRun:
-    """A prompt whose reproducible output contains an EOS token, and its first position; else SKIP."""
+async def _search_eos(ctx: Ctx) -> EosRun | str:
     eos = set(ctx.info.eos_ids)
+    prompts: list[Prompt] = ["Say hi.", "Emoji test 🙂🚀", PROMPT]
+    if ctx.info.has("chat_input"):  # an instruct model ends its turn with an EOS token soon
+        prompts = [ChatInput(messages=[ChatMessage("user", "Say hi.")]),
+                   ChatInput(messages=[ChatMessage("user", "Answer with one word: yes or no?")]), *prompts]
     seeds: list[int | None] = [None] if ctx.info.has("deterministic_greedy") else []
-    seeds += list(range(1, 9)) if ctx.info.has("seeded_sampling") else []
+    seeds += list(range(1, 5)) if ctx.info.has("seeded_sampling") else []
     tried = 0
     for seed in seeds:
-        for text in ("Say hi.", "Emoji test 🙂🚀", PROMPT):
-            learned = await learn(ctx, text, seed)
+        for prompt in prompts:
+            learned = await learn(ctx, prompt, seed)
             tried += 1
             for k, token in enumerate(learned.token_ids):
                 if token in eos:
-                    return EosRun(text, seed, learned, k)
-    raise CaseSkipped(f"no EOS token in {_length(ctx)} tokens of {tried} reproducible runs: cannot exercise it")
+                    return EosRun(prompt, seed, learned, k)
+    return f"no EOS token in {_length(ctx)} tokens of {tried} reproducible runs: cannot exercise it"
+
+
+async def find_eos(ctx: Ctx) -> EosRun:
+    """A prompt whose reproducible output contains an EOS token, and its first position (searched once per
+    run, for every case that needs one); else SKIP."""
+    async def search() -> EosRun | str:
+        own = Ctx(ctx.session, "eos-search", {})
+        try:
+            return await _search_eos(own)
+        finally:
+            await own.close()
+
+    found: EosRun | str = await ctx.session.shared("eos", search)
+    if isinstance(found, str):
+        raise CaseSkipped(found)
+    return found
 
 
 @case("STOP-4", tag="eos", requires=(DETERMINISTIC,))
@@ -158,7 +189,7 @@ async def eos_ends(ctx: Ctx) -> None:
     """Without ignore_eos an output ends at the first EOS token, reported as eos_token_id."""
     run = await find_eos(ctx)
     learned, k = run.learned, run.position
-    _, view = await rerun(ctx, run.text, run.seed, response=ResponseOptions(skip_special_tokens=False))
+    _, view = await rerun(ctx, run.prompt, run.seed, response=ResponseOptions(skip_special_tokens=False))
     stop = _stop(view)
     ctx.check.equal("token ids up to the first EOS", learned.token_ids[:k + 1], view.token_ids)
     ctx.check.equal("StopMatch.eos_token_id", learned.token_ids[k], stop.eos_token_id if stop else None)
@@ -184,7 +215,7 @@ async def stop_token_wins_over_eos(ctx: Ctx) -> None:
     """A token that is both a requested stop token and an EOS token reports stop_token_id."""
     run = await find_eos(ctx)
     token = run.learned.token_ids[run.position]
-    _, view = await rerun(ctx, run.text, run.seed, stop_token_ids=[token])
+    _, view = await rerun(ctx, run.prompt, run.seed, stop_token_ids=[token])
     stop = _stop(view)
     ctx.check.that(stop is not None and stop.stop_token_id == token, "StopMatch of an EOS that is also a stop token",
                    f"stop_token_id={token}", stop)

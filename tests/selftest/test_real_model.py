@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 @pytest.fixture(scope="module")
 def model_server() -> Iterator[ServerProcess]:
-    with ServerProcess(engine="model", startup_timeout_s=300) as server:
+    # One torch thread: two-thread OpenMP teams collapse when other suites share the two cores.
+    with ServerProcess(engine="model", startup_timeout_s=300, env={"OMP_NUM_THREADS": "1"}) as server:
         yield server
 
 
