@@ -1,7 +1,7 @@
 """Model engine throughput: aggregate decode tokens/s and time to first token at 1, 8 and 32
 concurrent streams, next to a plain single-request torch loop, measured side by side in one run.
 
-    python bench/engine.py [--concurrency 1,8,32] [--seconds 8] [--rounds 5] [--direct] [--json out.json]
+    python bench/engine.py [--concurrency 1,8,32] [--seconds 8] [--rounds 5] [--threads N] [--direct] [--json out.json]
 
 Streams: each of c client tasks sends greedy Generate calls back to back (a distinct chat prompt
 of ~48 tokens per call, 32-95 tokens each, ignore_eos), through the gRPC server
@@ -12,6 +12,9 @@ tokens/s; every call started in the window gives a TTFT sample.
 Plain loop: the same ``LlamaModel`` with a dense per-layer KV cache, batch 1, greedy, one
 request after another (prefill, then decode) for the same window: what you get without an
 engine. Settings alternate within each round; medians over rounds are reported with ratios.
+
+On a machine shared with other jobs, pass ``--threads 1``: two-thread OpenMP teams stall
+whenever another process takes a core, and the numbers swing by 10x between rounds.
 """
 
 from __future__ import annotations
