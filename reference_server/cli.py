@@ -35,6 +35,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         "--max-batch-tokens", type=int, default=None, help="token budget of one step (chunked prefill)"
     )
     parser.add_argument("--attention", default="auto", choices=("auto", "sdpa", "flashinfer"))
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores but two)")
     parser.add_argument("--no-embedding", action="store_true", help="do not load the embedding model")
     parser.add_argument("--drain-timeout", type=float, default=30.0)
     parser.add_argument("--startup-timeout", type=float, default=300.0)
@@ -56,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 max_batch_tokens=args.max_batch_tokens,
                 attention_backend=args.attention,
                 embedding=not args.no_embedding,
+                num_threads=args.threads,
             ),
             startup_timeout_s=args.startup_timeout,
             drain_timeout_s=args.drain_timeout,

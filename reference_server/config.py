@@ -71,12 +71,21 @@ class EngineOptions:
     max_batch_tokens: int | None = None
     attention_backend: str = "auto"
     embedding: bool = True
+    num_threads: int | None = None  # torch threads; None: all cores but two (at least one)
 
     def __post_init__(self) -> None:
         if self.kind not in ("model", "fake"):
             raise ValueError(f"engine={self.kind!r} must be 'model' or 'fake'")
         if self.fake_token_delay_s < 0:
             raise ValueError(f"fake_token_delay_s={self.fake_token_delay_s} must be >= 0")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads={self.num_threads} must be >= 1")
+
+    @property
+    def torch_threads(self) -> int:
+        """Leave two cores to the frontend and detokenizer: on a small machine an OpenMP team
+        that competes with them for cores stalls (each thread waits for the slowest)."""
+        return self.num_threads or max(1, (os.cpu_count() or 1) - 2)
 
 
 @dataclass(frozen=True, slots=True)

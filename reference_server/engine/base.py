@@ -49,7 +49,8 @@ class Engine(Protocol):
         ...
 
     def load(self, *, paused: bool) -> EngineLoad:
-        """Current occupancy. All counts except totals are 0 once no request is in flight."""
+        """Current occupancy. Once no request is in flight every count is 0 except the totals and
+        ``kv_tokens_cached`` (the prefix cache outlives requests)."""
         ...
 
     def flush_cache(self) -> int:

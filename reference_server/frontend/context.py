@@ -97,7 +97,7 @@ def capabilities_for(info: EngineInfo, tokenizer: TokenizerBundle, config: Serve
         max_outputs=min(limits.max_outputs, info.max_running_sequences),
         truncation_sampling=True,
         penalties=True,
-        seeded_sampling=True,
+        seeded_sampling=info.deterministic_greedy,  # batch-invariant numerics give both, or neither
         deterministic_greedy=info.deterministic_greedy,
         stop_strings=True,
         stop_token_ids=True,

@@ -9,6 +9,8 @@ from reference_server.engine.fake import FakeEngine, FakeEngineConfig
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle, load_tokenizer
 
+DEFAULT_MAX_BATCH_TOKENS = 512
+
 
 def create_engine(options: EngineOptions) -> Engine:
     source = resolve_model(options.model_path)
@@ -34,10 +36,11 @@ def create_engine(options: EngineOptions) -> Engine:
             dtype=options.dtype,
             attention_backend=options.attention_backend,
             load_embedding_model=options.embedding,
+            num_threads=options.torch_threads,
             **_optional(
                 kv_tokens=options.kv_tokens,
                 max_running_sequences=options.max_running_sequences,
-                max_batch_tokens=options.max_batch_tokens,
+                max_batch_tokens=_batch_tokens(options),
             ),
         )
     )
@@ -59,6 +62,13 @@ def whole_character_tokens(tokenizer: TokenizerBundle) -> tuple[int, ...]:
         except UnicodeDecodeError:
             pass
     return tuple(result)
+
+
+def _batch_tokens(options: EngineOptions) -> int | None:
+    """Every running output decodes one token per step, so the budget must cover them all."""
+    if options.max_batch_tokens is None and options.max_running_sequences is not None:
+        return max(DEFAULT_MAX_BATCH_TOKENS, options.max_running_sequences)
+    return options.max_batch_tokens
 
 
 def _optional(**values: int | None) -> dict[str, int]:
