@@ -63,7 +63,9 @@ class BareInference(InferenceServiceBase):
         n = message.stopping.max_tokens if message.stopping and message.stopping.max_tokens else 16
         yield GenerateResponse(request_id=rid, prompt_info=PromptInfo(prompt_tokens=4, seed=1, num_outputs=1))
         for i in range(n):
-            yield GenerateResponse(request_id=rid, delta=TokenDelta(output_index=0, token_ids=[1000 + i % 500], text="x"))
+            yield GenerateResponse(
+                request_id=rid, delta=TokenDelta(output_index=0, token_ids=[1000 + i % 500], text="x")
+            )
         yield GenerateResponse(
             request_id=rid,
             finished=OutputFinished(output_index=0, reason=FinishReason.LENGTH, completion_tokens=n),
@@ -130,11 +132,15 @@ async def load(target: str, concurrency: int, seconds: float, max_tokens: int, n
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", default="1,8,64")
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per setting; medians are reported")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds per setting; medians are reported"
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--bare-server", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -153,14 +159,18 @@ def main() -> None:
                 runs: dict[str, list[Result]] = {"bare": [], "lmrpc": []}
                 for _ in range(args.rounds):
                     for name, target in (("bare", bare_target), ("lmrpc", reference.target)):
-                        runs[name].append(asyncio.run(load(target, concurrency, args.seconds, args.max_tokens, name)))
+                        runs[name].append(
+                            asyncio.run(load(target, concurrency, args.seconds, args.max_tokens, name))
+                        )
                 rows.append({name: median_result(results) for name, results in runs.items()})
     finally:
         bare.kill()
         port_file.unlink(missing_ok=True)
     print_table(rows)
     if args.json:
-        Path(args.json).write_text(json.dumps([{k: asdict(v) for k, v in row.items()} for row in rows], indent=2))
+        Path(args.json).write_text(
+            json.dumps([{k: asdict(v) for k, v in row.items()} for row in rows], indent=2)
+        )
 
 
 def median_result(results: list[Result]) -> Result:

@@ -48,37 +48,74 @@ def _profile(args: argparse.Namespace) -> tuple[str, int | None]:
 
 
 def list_cases(args: argparse.Namespace) -> int:
-    cases = select(all_cases(), level=args.level, run=expand_patterns(args.run), skip=expand_patterns(args.skip))
+    cases = select(
+        all_cases(), level=args.level, run=expand_patterns(args.run), skip=expand_patterns(args.skip)
+    )
     if args.json:
-        print(json.dumps([{"id": c.id, "clause": c.clause.id, "level": c.level.value, "group": c.group,
-                           "requires": list(c.requires), "exclusive": c.exclusive, "doc": c.doc} for c in cases],
-                         indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "id": c.id,
+                        "clause": c.clause.id,
+                        "level": c.level.value,
+                        "group": c.group,
+                        "requires": list(c.requires),
+                        "exclusive": c.exclusive,
+                        "doc": c.doc,
+                    }
+                    for c in cases
+                ],
+                indent=2,
+            )
+        )
         return EXIT_OK
-    table = Table("case", "clause", "level", "requires", "doc", title=f"{len(cases)} cases", title_justify="left")
+    table = Table(
+        "case", "clause", "level", "requires", "doc", title=f"{len(cases)} cases", title_justify="left"
+    )
     for c in cases:
-        table.add_row(escape(c.id), c.clause.id, c.level.value, escape(", ".join(c.requires) or "-"),
-                      escape(c.doc.split("\n")[0]))
+        table.add_row(
+            escape(c.id),
+            c.clause.id,
+            c.level.value,
+            escape(", ".join(c.requires) or "-"),
+            escape(c.doc.split("\n")[0]),
+        )
     Console().print(table)
     return EXIT_OK
 
 
 def _not_run(cases: list[Case], done: dict[str, CaseResult], reason: str) -> list[CaseResult]:
-    return [done.get(c.id) or CaseResult(c.id, c.clause.id, c.level.value, Verdict.NOT_RUN, reason=reason)
-            for c in cases]
+    return [
+        done.get(c.id) or CaseResult(c.id, c.clause.id, c.level.value, Verdict.NOT_RUN, reason=reason)
+        for c in cases
+    ]
 
 
 def _write_repros(results: list[CaseResult], directory: str) -> None:
     for result in results:
         if result.verdict is Verdict.FAIL and result.repro is not None and result.repro.script:
             os.makedirs(directory, exist_ok=True)
-            path = os.path.join(directory, re.sub(r"[^A-Za-z0-9_.-]+", "_", result.case_id).strip("_") + ".py")
+            path = os.path.join(
+                directory, re.sub(r"[^A-Za-z0-9_.-]+", "_", result.case_id).strip("_") + ".py"
+            )
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(result.repro.script)
             result.repro.script_path = path
 
 
-async def execute(endpoint: Endpoint, cases: list[Case], *, budgets: Budgets, tuning: Tuning, profile: str,
-                  seed: int | None, jobs: int, progress: Progress, report: RunReport) -> None:
+async def execute(
+    endpoint: Endpoint,
+    cases: list[Case],
+    *,
+    budgets: Budgets,
+    tuning: Tuning,
+    profile: str,
+    seed: int | None,
+    jobs: int,
+    progress: Progress,
+    report: RunReport,
+) -> None:
     """Connect, run ``cases`` and fill ``report``; partial results survive interruption."""
     done: dict[str, CaseResult] = {}
     inner_result = progress.on_result
@@ -95,8 +132,12 @@ async def execute(endpoint: Endpoint, cases: list[Case], *, budgets: Budgets, tu
         report.results = _not_run(cases, done, report.aborted)
         return
     server = target.info.server
-    report.server = {"name": server.server_name, "version": server.server_version,
-                     "contract_revision": server.contract_revision, "model": target.info.model.model_id}
+    report.server = {
+        "name": server.server_name,
+        "version": server.server_version,
+        "contract_revision": server.contract_revision,
+        "model": target.info.model.model_id,
+    }
     session = Session(target, budgets, tuning, seed=seed or 0, profile=profile)
     try:
         report.results = await run_all(session, cases, jobs=jobs, progress=progress)
@@ -105,7 +146,11 @@ async def execute(endpoint: Endpoint, cases: list[Case], *, budgets: Budgets, tu
         report.results = _not_run(cases, done, "interrupted")
     finally:
         session.close()
-    down = [r.reason for r in report.results if r.verdict is Verdict.NOT_RUN and r.reason.startswith("target down")]
+    down = [
+        r.reason
+        for r in report.results
+        if r.verdict is Verdict.NOT_RUN and r.reason.startswith("target down")
+    ]
     if down:
         report.aborted = down[0]
 
@@ -123,11 +168,23 @@ async def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no case matches --level {args.level} --run {args.run} --skip {args.skip}")
     profile, seed = _profile(args)
     budgets = Budgets(scale=args.time_scale)
-    report = RunReport(str(endpoint), [], level=args.level,
-                       started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                       settings={"time_scale": args.time_scale, "profile": profile, "seed": seed,
-                                 "examples": tuning.examples, "pool_size": tuning.pool_size, "jobs": args.jobs,
-                                 "run": args.run, "skip": args.skip, "baseline": args.baseline})
+    report = RunReport(
+        str(endpoint),
+        [],
+        level=args.level,
+        started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        settings={
+            "time_scale": args.time_scale,
+            "profile": profile,
+            "seed": seed,
+            "examples": tuning.examples,
+            "pool_size": tuning.pool_size,
+            "jobs": args.jobs,
+            "run": args.run,
+            "skip": args.skip,
+            "baseline": args.baseline,
+        },
+    )
     console = Console(highlight=False)
     bar, progress = progress_bar(console, len(cases))
     started = time.monotonic()
@@ -137,8 +194,17 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signal.SIGTERM, lambda: task.cancel() if task else None)
     try:
         with bar if not args.quiet else contextlib.nullcontext():
-            await execute(endpoint, cases, budgets=budgets, tuning=tuning, profile=profile, seed=seed,
-                          jobs=args.jobs, progress=progress, report=report)
+            await execute(
+                endpoint,
+                cases,
+                budgets=budgets,
+                tuning=tuning,
+                profile=profile,
+                seed=seed,
+                jobs=args.jobs,
+                progress=progress,
+                report=report,
+            )
     except asyncio.CancelledError:
         report.aborted = report.aborted or "interrupted"
     finally:
@@ -162,7 +228,9 @@ async def replay(args: argparse.Namespace) -> int:
             previous = json.load(handle)
     except (OSError, ValueError) as exc:
         raise UsageError(f"report={args.report!r}: {exc}") from exc
-    wanted = set(args.cases) or {c["id"] for c in previous.get("cases", []) if c["verdict"] in ("FAIL", "ERROR")}
+    wanted = set(args.cases) or {
+        c["id"] for c in previous.get("cases", []) if c["verdict"] in ("FAIL", "ERROR")
+    }
     cases = [c for c in all_cases() if c.id in wanted]
     unknown = wanted - {c.id for c in cases}
     if unknown:
@@ -181,12 +249,22 @@ async def replay(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     profile, seed = _profile(args)
     report = RunReport(str(endpoint), [], level="all")
-    await execute(endpoint, cases, budgets=Budgets(scale=args.time_scale),
-                  tuning=Tuning.for_level(previous.get("level", "all"), args.max_examples), profile=profile,
-                  seed=seed, jobs=args.jobs, progress=Progress(), report=report)
+    await execute(
+        endpoint,
+        cases,
+        budgets=Budgets(scale=args.time_scale),
+        tuning=Tuning.for_level(previous.get("level", "all"), args.max_examples),
+        profile=profile,
+        seed=seed,
+        jobs=args.jobs,
+        progress=Progress(),
+        report=report,
+    )
     console = Console(highlight=False)
     for r in report.results:
-        word = {Verdict.PASS: "[green]FIXED", Verdict.FAIL: "[red]STILL FAILING"}.get(r.verdict, r.verdict.value)
+        word = {Verdict.PASS: "[green]FIXED", Verdict.FAIL: "[red]STILL FAILING"}.get(
+            r.verdict, r.verdict.value
+        )
         console.print(f"{word}[/] {escape(r.case_id)} {escape(r.reason)}")
         for m in r.mismatches:
             console.print(f"    {escape(m.render())}")

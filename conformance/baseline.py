@@ -54,7 +54,9 @@ class Baseline:
                 raise BaselineError(f"baseline={path!r}: known_failure case={case!r} has no reason")
             extra = set(raw) - {"case", "reason", "issue"}
             if extra:
-                raise BaselineError(f"baseline={path!r}: known_failure case={case!r} has unknown keys {sorted(extra)}")
+                raise BaselineError(
+                    f"baseline={path!r}: known_failure case={case!r} has unknown keys {sorted(extra)}"
+                )
             entries.append(Entry(case, reason.strip(), str(raw.get("issue", ""))))
         return Baseline(entries, path)
 

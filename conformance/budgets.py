@@ -80,5 +80,10 @@ class Tuning:
             return base
         if max_examples < 1:
             raise ValueError(f"max_examples={max_examples} must be >= 1")
-        return Tuning(examples=max_examples, pool_size=max(max_examples * 3, 4), max_tokens=base.max_tokens,
-                      machine_examples=max(1, max_examples // 3), machine_steps=base.machine_steps)
+        return Tuning(
+            examples=max_examples,
+            pool_size=max(max_examples * 3, 4),
+            max_tokens=base.max_tokens,
+            machine_examples=max(1, max_examples // 3),
+            machine_steps=base.machine_steps,
+        )

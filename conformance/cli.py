@@ -34,26 +34,65 @@ def _positive_int(text: str) -> int:
 
 
 def _selection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--level", choices=("must", "should", "all"), default="all",
-                        help="which clause level to check (default: all)")
-    parser.add_argument("--run", action="append", default=[], metavar="GLOB",
-                        help="only cases matching GLOB (case or clause ID, * and ? wildcards, @file); repeatable")
-    parser.add_argument("--skip", action="append", default=[], metavar="GLOB",
-                        help="leave out matching cases (for cases that crash or wedge the target); repeatable")
+    parser.add_argument(
+        "--level",
+        choices=("must", "should", "all"),
+        default="all",
+        help="which clause level to check (default: all)",
+    )
+    parser.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only cases matching GLOB (case or clause ID, * and ? wildcards, @file); repeatable",
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="leave out matching cases (for cases that crash or wedge the target); repeatable",
+    )
 
 
 def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument("--target", required=required, metavar="HOST:PORT", help="the server under test")
-    parser.add_argument("--time-scale", type=_positive_float, default=1.0, metavar="F",
-                        help="multiply every timeout and budget by F (slow hardware, cold models)")
-    parser.add_argument("--seed", type=int, default=None, metavar="N",
-                        help="hypothesis seed; implies --profile explore unless a profile is given")
-    parser.add_argument("--profile", choices=("ci", "explore"), default=None,
-                        help="ci: derandomized, no database (default); explore: random, local database")
-    parser.add_argument("--max-examples", type=_positive_int, default=None, metavar="N",
-                        help="examples per property case (default: tuned per level)")
-    parser.add_argument("--jobs", "-j", type=_positive_int, default=4, metavar="N",
-                        help="cases run concurrently (exclusive cases always run alone; default 4)")
+    parser.add_argument(
+        "--time-scale",
+        type=_positive_float,
+        default=1.0,
+        metavar="F",
+        help="multiply every timeout and budget by F (slow hardware, cold models)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="hypothesis seed; implies --profile explore unless a profile is given",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=("ci", "explore"),
+        default=None,
+        help="ci: derandomized, no database (default); explore: random, local database",
+    )
+    parser.add_argument(
+        "--max-examples",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="examples per property case (default: tuned per level)",
+    )
+    parser.add_argument(
+        "--jobs",
+        "-j",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="cases run concurrently (exclusive cases always run alone; default 4)",
+    )
     tls = parser.add_argument_group("TLS")
     tls.add_argument("--tls", action="store_true", help="connect with TLS instead of plaintext HTTP/2")
     tls.add_argument("--tls-ca", metavar="FILE", help="CA bundle to verify the server with")
@@ -64,9 +103,12 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="conformance", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        prog="conformance",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     parser.add_argument("--version", action="version", version=f"lmrpc conformance {HARNESS_VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -76,8 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--baseline", metavar="FILE", help="TOML file of known failures (each with a reason)")
     run.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
     run.add_argument("--json", metavar="FILE", help="write the JSON report (schema lmrpc-conformance/1) here")
-    run.add_argument("--repro-dir", metavar="DIR", default="conformance-repro",
-                     help="write one repro script per failure here (default: ./conformance-repro)")
+    run.add_argument(
+        "--repro-dir",
+        metavar="DIR",
+        default="conformance-repro",
+        help="write one repro script per failure here (default: ./conformance-repro)",
+    )
     run.add_argument("--verbose", "-v", action="store_true", help="show every case and print repro scripts")
     run.add_argument("--quiet", "-q", action="store_true", help="print only failures and the summary line")
 
@@ -87,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = commands.add_parser("replay", help="re-run the failed cases of a JSON report")
     replay.add_argument("report", help="a JSON report written by `conformance run --json`")
-    replay.add_argument("cases", nargs="*", metavar="CASE_ID", help="only these cases (default: every failure)")
+    replay.add_argument(
+        "cases", nargs="*", metavar="CASE_ID", help="only these cases (default: every failure)"
+    )
     _target(replay, required=False)
     return parser
 

@@ -93,20 +93,36 @@ class Ctx:
         return call
 
     # ── Generate ─────────────────────────────────────────────
-    def open(self, request: GenerateRequest, *, deadline_s: float | None = None,
-             channel: Channel | None = None, idle_s: float | None = None) -> LiveStream:
+    def open(
+        self,
+        request: GenerateRequest,
+        *,
+        deadline_s: float | None = None,
+        channel: Channel | None = None,
+        idle_s: float | None = None,
+    ) -> LiveStream:
         """Start a Generate call in the background (``idle_s``: longest silence before it counts as hung)."""
         if self.closed:
             raise asyncio.CancelledError("case already ended")
         call = self._record("inference", "generate", request, deadline_s=deadline_s)
-        stream = LiveStream(channel or self.session.target.channel, request, deadline_s=deadline_s,
-                            idle_s=idle_s or self.budgets.idle_s)
+        stream = LiveStream(
+            channel or self.session.target.channel,
+            request,
+            deadline_s=deadline_s,
+            idle_s=idle_s or self.budgets.idle_s,
+        )
         self._streams.append(stream)
         self._calls[id(stream)] = call
         return stream
 
-    async def generate(self, request: GenerateRequest, *, deadline_s: float | None = None,
-                       hung_ok: bool = False, total_s: float | None = None) -> StreamRecord:
+    async def generate(
+        self,
+        request: GenerateRequest,
+        *,
+        deadline_s: float | None = None,
+        hung_ok: bool = False,
+        total_s: float | None = None,
+    ) -> StreamRecord:
         """Run one Generate call to its end. A call that hangs raises StreamHung (unless ``hung_ok``):
         a property search stops at once instead of shrinking through more hangs."""
         stream = self.open(request, deadline_s=deadline_s, idle_s=total_s)
@@ -126,15 +142,22 @@ class Ctx:
         target = self.session.target
         return target.control if service == "control" else target.inference
 
-    async def rpc(self, method: str, request: betterproto2.Message, *, service: str = "control",
-                  timeout_s: float | None = None) -> Any:
+    async def rpc(
+        self,
+        method: str,
+        request: betterproto2.Message,
+        *,
+        service: str = "control",
+        timeout_s: float | None = None,
+    ) -> Any:
         """Call a unary RPC; raises GRPCError for a non-OK status."""
         self._record(service, method, request)
         bound: Callable[..., Awaitable[Any]] = getattr(self._stub(service), method)
         return await bound(request, timeout=timeout_s or self.budgets.rpc_s)
 
-    async def rpc_status(self, method: str, request: betterproto2.Message, *,
-                         service: str = "control") -> RpcOutcome:
+    async def rpc_status(
+        self, method: str, request: betterproto2.Message, *, service: str = "control"
+    ) -> RpcOutcome:
         try:
             return RpcOutcome(None, "", await self.rpc(method, request, service=service))
         except GRPCError as exc:
@@ -151,8 +174,13 @@ class Ctx:
         request = DetokenizeRequest(token_ids=ids, skip_special_tokens=skip_special_tokens)
         return str((await self.rpc("detokenize", request)).text)
 
-    async def wait_for(self, probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool],
-                       budget_s: float, every_s: float = 0.05) -> tuple[bool, T]:
+    async def wait_for(
+        self,
+        probe: Callable[[], Awaitable[T]],
+        ok: Callable[[T], bool],
+        budget_s: float,
+        every_s: float = 0.05,
+    ) -> tuple[bool, T]:
         """Poll ``probe`` until ``ok`` holds or the budget is spent; returns the last value."""
         give_up = time.monotonic() + budget_s
         while True:
@@ -177,5 +205,6 @@ class Ctx:
     async def close(self) -> None:
         """Cancel whatever the case left running."""
         self.closed = True
-        await asyncio.gather(*(s.cancel() for s in self._streams if not s.done.is_set()),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(s.cancel() for s in self._streams if not s.done.is_set()), return_exceptions=True
+        )

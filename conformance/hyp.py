@@ -28,11 +28,26 @@ EXPLORE_PROFILE = "conformance-explore"
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 _DEFAULT = settings.get_profile("default")  # hypothesis' own defaults, never the "ci" profile
 
-settings.register_profile(CI_PROFILE, parent=_DEFAULT, derandomize=True, database=None, deadline=None,
-                          print_blob=True, suppress_health_check=_SUPPRESS, report_multiple_bugs=False)
-settings.register_profile(EXPLORE_PROFILE, parent=_DEFAULT, derandomize=False, deadline=None, print_blob=True,
-                          database=DirectoryBasedExampleDatabase(".hypothesis/conformance"),
-                          suppress_health_check=_SUPPRESS, report_multiple_bugs=False)
+settings.register_profile(
+    CI_PROFILE,
+    parent=_DEFAULT,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=_SUPPRESS,
+    report_multiple_bugs=False,
+)
+settings.register_profile(
+    EXPLORE_PROFILE,
+    parent=_DEFAULT,
+    derandomize=False,
+    deadline=None,
+    print_blob=True,
+    database=DirectoryBasedExampleDatabase(".hypothesis/conformance"),
+    suppress_health_check=_SUPPRESS,
+    report_multiple_bugs=False,
+)
 
 
 class Hung(BaseException):
@@ -68,8 +83,9 @@ def _notes(exc: BaseException) -> tuple[str, str]:
     return "\n".join(shown).strip(), blob
 
 
-def run_property(strategy: st.SearchStrategy[T], body: Callable[[T], None], config: settings,
-                 seed: int | None = None) -> PropertyOutcome:
+def run_property(
+    strategy: st.SearchStrategy[T], body: Callable[[T], None], config: settings, seed: int | None = None
+) -> PropertyOutcome:
     """Search for an input on which ``body`` raises CaseFailed; shrink it. Runs in the calling thread."""
     failing: list[Any] = []
     last_mismatches: list[Mismatch] = []
@@ -93,9 +109,20 @@ def run_property(strategy: st.SearchStrategy[T], body: Callable[[T], None], conf
     except Flaky:  # failed, then passed on replay: report what failed, marked intermittent
         if not failing:
             raise
-        return PropertyOutcome(False, list(last_mismatches), f"(intermittent: passed when replayed) {failing[-1]!r}",
-                               "", failing[-1])
+        return PropertyOutcome(
+            False,
+            list(last_mismatches),
+            f"(intermittent: passed when replayed) {failing[-1]!r}",
+            "",
+            failing[-1],
+        )
     except Hung as exc:
-        return PropertyOutcome(False, [Mismatch("the stream's end", "a terminal message, then status OK",
-                                                str(exc))], repr(exc.example), "", exc.example, hung=True)
+        return PropertyOutcome(
+            False,
+            [Mismatch("the stream's end", "a terminal message, then status OK", str(exc))],
+            repr(exc.example),
+            "",
+            exc.example,
+            hung=True,
+        )
     return PropertyOutcome(True)

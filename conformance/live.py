@@ -42,8 +42,9 @@ class StreamStalled(Exception):
 
 
 class LiveStream:
-    def __init__(self, channel: Channel, request: GenerateRequest, *, deadline_s: float | None,
-                 idle_s: float) -> None:
+    def __init__(
+        self, channel: Channel, request: GenerateRequest, *, deadline_s: float | None, idle_s: float
+    ) -> None:
         self.record = StreamRecord(request)
         self.idle_s = idle_s
         self._deadline_s = deadline_s
@@ -61,15 +62,22 @@ class LiveStream:
     async def _run(self, channel: Channel) -> None:
         record = self.record
         try:
-            async with channel.request(GENERATE, Cardinality.UNARY_STREAM, GenerateRequest, RawMessage,
-                                       timeout=self._deadline_s) as stream:
+            async with channel.request(
+                GENERATE, Cardinality.UNARY_STREAM, GenerateRequest, RawMessage, timeout=self._deadline_s
+            ) as stream:
                 await stream.send_message(record.request, end=True)
                 while (raw := await stream.recv_message()) is not None:
                     decoded = decode_response(raw.data)
                     now = time.monotonic()
                     self._last_progress = now
-                    event = Event(len(record.events), now - self._t0, event_kind(decoded.message),
-                                  decoded.message, decoded.text_is_utf8, decoded.text_bytes)
+                    event = Event(
+                        len(record.events),
+                        now - self._t0,
+                        event_kind(decoded.message),
+                        decoded.message,
+                        decoded.text_is_utf8,
+                        decoded.text_bytes,
+                    )
                     record.events.append(event)
                     self._changed.set()
                 await stream.recv_trailing_metadata()
@@ -101,7 +109,9 @@ class LiveStream:
         self._cursor += 1
         return self.record.events[self._cursor - 1]
 
-    async def read_until(self, predicate: Callable[[Event], bool], wait_s: float | None = None) -> Event | None:
+    async def read_until(
+        self, predicate: Callable[[Event], bool], wait_s: float | None = None
+    ) -> Event | None:
         """Read until a message satisfies ``predicate``; None if the call ended first."""
         while (event := await self.next(wait_s)) is not None:
             if predicate(event):
@@ -116,8 +126,11 @@ class LiveStream:
             wait = min(give_up - now, self._last_progress + self.idle_s - now)
             if wait <= 0:
                 self.record.end = End.HUNG
-                self.record.detail = (f"no message for {now - self._last_progress:.1f}s" if now < give_up
-                                      else f"still open after {total_s:.1f}s")
+                self.record.detail = (
+                    f"no message for {now - self._last_progress:.1f}s"
+                    if now < give_up
+                    else f"still open after {total_s:.1f}s"
+                )
                 await self.cancel()
                 break
             try:

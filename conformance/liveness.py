@@ -25,8 +25,9 @@ async def probe(session: Session) -> tuple[bool, str]:
         except GRPCError:
             pass  # a health service that errs is SVC-2's and HEALTH-1's business; the calls below decide
         await asyncio.wait_for(session.target.control.get_server_info(GetServerInfoRequest()), budget)
-        request = GenerateRequest(request_id=ctx.uid("probe"), text="Hello",
-                                  stopping=StoppingCriteria(max_tokens=1))
+        request = GenerateRequest(
+            request_id=ctx.uid("probe"), text="Hello", stopping=StoppingCriteria(max_tokens=1)
+        )
         stream = ctx.open(request, channel=channel)
         record = await stream.finish(budget)
         if not record.ended_ok:

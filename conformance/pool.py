@@ -51,41 +51,85 @@ def sentinels(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
     """Requests the pool always contains, so every option the target advertises is exercised."""
     n = min(info.caps.max_outputs, 4)
     out = [
-        GenerateRequest(text="Hello", sampling=SamplingParams(temperature=0.0, n=n),
-                        stopping=StoppingCriteria(max_tokens=max_tokens)),
-        GenerateRequest(text="Once upon a time", stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
-                        response=ResponseOptions(return_prompt_token_ids=True)),
-        GenerateRequest(text="日本語で答えてください。🙂", sampling=SamplingParams(temperature=1.0, n=min(n, 2)),
-                        stopping=StoppingCriteria(max_tokens=max_tokens, min_tokens=max_tokens // 2)),
-        GenerateRequest(text="The capital of France is", response=ResponseOptions(return_text=False),
-                        stopping=StoppingCriteria(max_tokens=max_tokens)),
-        GenerateRequest(text="1, 2, 3,", response=ResponseOptions(return_token_ids=False),
-                        stopping=StoppingCriteria(max_tokens=max_tokens)),
+        GenerateRequest(
+            text="Hello",
+            sampling=SamplingParams(temperature=0.0, n=n),
+            stopping=StoppingCriteria(max_tokens=max_tokens),
+        ),
+        GenerateRequest(
+            text="Once upon a time",
+            stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
+            response=ResponseOptions(return_prompt_token_ids=True),
+        ),
+        GenerateRequest(
+            text="日本語で答えてください。🙂",
+            sampling=SamplingParams(temperature=1.0, n=min(n, 2)),
+            stopping=StoppingCriteria(max_tokens=max_tokens, min_tokens=max_tokens // 2),
+        ),
+        GenerateRequest(
+            text="The capital of France is",
+            response=ResponseOptions(return_text=False),
+            stopping=StoppingCriteria(max_tokens=max_tokens),
+        ),
+        GenerateRequest(
+            text="1, 2, 3,",
+            response=ResponseOptions(return_token_ids=False),
+            stopping=StoppingCriteria(max_tokens=max_tokens),
+        ),
     ]
     if info.has("final_only"):
-        out.append(GenerateRequest(text="Hello", sampling=SamplingParams(n=n),
-                                   stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
-                                   response=ResponseOptions(final_only=True)))
+        out.append(
+            GenerateRequest(
+                text="Hello",
+                sampling=SamplingParams(n=n),
+                stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
+                response=ResponseOptions(final_only=True),
+            )
+        )
     if info.has("logprobs"):
-        out.append(GenerateRequest(text="def add(a, b):", sampling=SamplingParams(temperature=0.8, n=min(n, 2)),
-                                   stopping=StoppingCriteria(max_tokens=max_tokens),
-                                   response=ResponseOptions(return_logprobs=True,
-                                                            top_logprobs=info.caps.max_top_logprobs)))
+        out.append(
+            GenerateRequest(
+                text="def add(a, b):",
+                sampling=SamplingParams(temperature=0.8, n=min(n, 2)),
+                stopping=StoppingCriteria(max_tokens=max_tokens),
+                response=ResponseOptions(return_logprobs=True, top_logprobs=info.caps.max_top_logprobs),
+            )
+        )
     if info.has("stop_strings"):
         for include in (False, True):
-            out.append(GenerateRequest(text="Once upon a time", sampling=SamplingParams(temperature=0.0),
-                                       stopping=StoppingCriteria(max_tokens=max_tokens, stop_strings=[" ", "e"],
-                                                                 include_stop_in_output=include)))
+            out.append(
+                GenerateRequest(
+                    text="Once upon a time",
+                    sampling=SamplingParams(temperature=0.0),
+                    stopping=StoppingCriteria(
+                        max_tokens=max_tokens, stop_strings=[" ", "e"], include_stop_in_output=include
+                    ),
+                )
+            )
     if info.has("stop_token_ids"):
-        out.append(GenerateRequest(text="Hello", stopping=StoppingCriteria(
-            max_tokens=max_tokens, stop_token_ids=info.eos_ids[:1]), response=ResponseOptions(skip_special_tokens=False)))
+        out.append(
+            GenerateRequest(
+                text="Hello",
+                stopping=StoppingCriteria(max_tokens=max_tokens, stop_token_ids=info.eos_ids[:1]),
+                response=ResponseOptions(skip_special_tokens=False),
+            )
+        )
     if info.has("chat_input"):
-        out.append(GenerateRequest(chat=ChatInput(messages=[ChatMessage(role="user", content="Say hi.")]),
-                                   stopping=StoppingCriteria(max_tokens=max_tokens),
-                                   response=ResponseOptions(return_prompt_token_ids=True)))
+        out.append(
+            GenerateRequest(
+                chat=ChatInput(messages=[ChatMessage(role="user", content="Say hi.")]),
+                stopping=StoppingCriteria(max_tokens=max_tokens),
+                response=ResponseOptions(return_prompt_token_ids=True),
+            )
+        )
     if info.has("seeded_sampling"):
-        out.append(GenerateRequest(text="Hello", sampling=SamplingParams(temperature=1.0, seed=1234),
-                                   stopping=StoppingCriteria(max_tokens=max_tokens)))
+        out.append(
+            GenerateRequest(
+                text="Hello",
+                sampling=SamplingParams(temperature=1.0, seed=1234),
+                stopping=StoppingCriteria(max_tokens=max_tokens),
+            )
+        )
     return out
 
 
@@ -110,7 +154,9 @@ async def build_pool(session: Session) -> list[PoolEntry]:
     async def run(request: GenerateRequest) -> PoolEntry:
         async with gate:
             record = await ctx.generate(request, hung_ok=True)
-        return PoolEntry(record, await gather_facts(ctx, record, others=[i for i in ids if i != request.request_id]))
+        return PoolEntry(
+            record, await gather_facts(ctx, record, others=[i for i in ids if i != request.request_id])
+        )
 
     try:
         return list(await asyncio.gather(*(run(r) for r in requests)))
@@ -139,7 +185,13 @@ async def check_on_pool(ctx: Ctx, clause: str) -> None:
     if not outcome.passed:
         raise_outcome(ctx, outcome)
     ctx.note("a fresh search did not reproduce the violation (intermittent?); reporting the pooled stream")
-    ctx.repro = Repro(kind="example", example=repr(entry.record.request),
-                      script=script(ctx.case_id, str(ctx.session.target.endpoint),
-                                    [Call(0.0, "inference", "generate", entry.record.request)]))
+    ctx.repro = Repro(
+        kind="example",
+        example=repr(entry.record.request),
+        script=script(
+            ctx.case_id,
+            str(ctx.session.target.endpoint),
+            [Call(0.0, "inference", "generate", entry.record.request)],
+        ),
+    )
     raise CaseFailed([*found, Mismatch("stream", "(see above)", entry.record.summary())])

@@ -33,9 +33,15 @@ class _Budget(BaseException):
         self.example, self.mismatches = example, mismatches
 
 
-async def search(ctx: Ctx, strategy: st.SearchStrategy[T],
-                 body: Callable[[T], Coroutine[Any, Any, list[Mismatch]]], *, examples: int | None = None,
-                 explicit: Sequence[T] = (), shrink_budget_s: float = 5.0) -> PropertyOutcome:
+async def search(
+    ctx: Ctx,
+    strategy: st.SearchStrategy[T],
+    body: Callable[[T], Coroutine[Any, Any, list[Mismatch]]],
+    *,
+    examples: int | None = None,
+    explicit: Sequence[T] = (),
+    shrink_budget_s: float = 5.0,
+) -> PropertyOutcome:
     """Run ``body`` on generated inputs until one returns mismatches; shrink it within a budget."""
     config = profile(ctx.session.profile, examples or ctx.tuning.examples)
     first_failure: list[float] = []
@@ -65,8 +71,13 @@ async def search(ctx: Ctx, strategy: st.SearchStrategy[T],
             try:
                 return run_property(strategy, test, config, ctx.session.seed)
             except _Budget as exc:
-                return PropertyOutcome(False, exc.mismatches, f"(shrinking stopped after {budget:.0f}s) {exc.example!r}",
-                                       "", exc.example)
+                return PropertyOutcome(
+                    False,
+                    exc.mismatches,
+                    f"(shrinking stopped after {budget:.0f}s) {exc.example!r}",
+                    "",
+                    exc.example,
+                )
 
     return await asyncio.to_thread(run)
 
@@ -78,6 +89,11 @@ def raise_outcome(ctx: Ctx, outcome: PropertyOutcome) -> None:
     calls = list(ctx.transcript)
     if isinstance(outcome.last_failing, GenerateRequest):
         calls = [Call(0.0, "inference", "generate", outcome.last_failing)]
-    ctx.repro = Repro(kind="example", example=outcome.example, blob=outcome.blob, seed=ctx.session.seed or None,
-                      script=script(ctx.case_id, str(ctx.session.target.endpoint), calls))
+    ctx.repro = Repro(
+        kind="example",
+        example=outcome.example,
+        blob=outcome.blob,
+        seed=ctx.session.seed or None,
+        script=script(ctx.case_id, str(ctx.session.target.endpoint), calls),
+    )
     raise CaseFailed(outcome.mismatches)

@@ -81,8 +81,15 @@ class CaseItem(pytest.Item):
         if self.known is not None:
             if failed:
                 pytest.xfail(f"known failure (baseline): {self.known}")
-            raise ConformanceFailure(CaseResult(self.case.id, self.case.clause.id, self.case.level.value, Verdict.FAIL,
-                                                reason=f"stale baseline: passes now; remove it ({self.known})"))
+            raise ConformanceFailure(
+                CaseResult(
+                    self.case.id,
+                    self.case.clause.id,
+                    self.case.level.value,
+                    Verdict.FAIL,
+                    reason=f"stale baseline: passes now; remove it ({self.known})",
+                )
+            )
         if failed:
             raise ConformanceFailure(result)
 
@@ -104,16 +111,25 @@ class CaseItem(pytest.Item):
 _RUNNER = pytest.StashKey[_Runner]()
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
     if not config.getoption("--lmrpc-target"):
         return
-    baseline = Baseline.load(config.getoption("--lmrpc-baseline")) if config.getoption("--lmrpc-baseline") else None
-    cases = select(all_cases(), level=config.getoption("--lmrpc-level"),
-                   run=expand_patterns(config.getoption("--lmrpc-run")),
-                   skip=expand_patterns(config.getoption("--lmrpc-skip")))
+    baseline = (
+        Baseline.load(config.getoption("--lmrpc-baseline")) if config.getoption("--lmrpc-baseline") else None
+    )
+    cases = select(
+        all_cases(),
+        level=config.getoption("--lmrpc-level"),
+        run=expand_patterns(config.getoption("--lmrpc-run")),
+        skip=expand_patterns(config.getoption("--lmrpc-skip")),
+    )
     config.stash[_RUNNER] = _Runner(config)
     for case in cases:
-        known = next((e.reason for e in baseline.entries if matches(e.case, case)), None) if baseline else None
+        known = (
+            next((e.reason for e in baseline.entries if matches(e.case, case)), None) if baseline else None
+        )
         items.append(CaseItem.from_parent(session, name=case.id, case=case, known=known))
 
 

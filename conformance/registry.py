@@ -41,9 +41,16 @@ class Case:
 REGISTRY: dict[str, Case] = {}
 
 
-def case(clause_id: str, *, tag: str | None = None, variants: Sequence[dict[str, Any]] | None = None,
-         requires: Iterable[str] = (), exclusive: bool = False, budget: float = 1.0,
-         level: Level | None = None) -> Callable[[Body], Body]:
+def case(
+    clause_id: str,
+    *,
+    tag: str | None = None,
+    variants: Sequence[dict[str, Any]] | None = None,
+    requires: Iterable[str] = (),
+    exclusive: bool = False,
+    budget: float = 1.0,
+    level: Level | None = None,
+) -> Callable[[Body], Body]:
     """Register a case (or one case per variant). A variant may carry ``_tag`` and ``_requires``."""
     clause = CLAUSES.get(clause_id)
     if clause is None:
@@ -57,9 +64,15 @@ def case(clause_id: str, *, tag: str | None = None, variants: Sequence[dict[str,
             if case_id in REGISTRY:
                 raise ValueError(f"case {case_id} is registered twice")
             REGISTRY[case_id] = Case(
-                id=case_id, clause=clause, level=level or clause.level,
-                requires=(*requires, *variant.get("_requires", ())), body=body, params=params,
-                exclusive=exclusive, budget_factor=budget, module=body.__module__.rsplit(".", 1)[-1],
+                id=case_id,
+                clause=clause,
+                level=level or clause.level,
+                requires=(*requires, *variant.get("_requires", ())),
+                body=body,
+                params=params,
+                exclusive=exclusive,
+                budget_factor=budget,
+                module=body.__module__.rsplit(".", 1)[-1],
             )
         return body
 
@@ -100,7 +113,9 @@ def level_selected(case: Case, level: str) -> bool:
     return level == "all" or case.level.value.lower() == level
 
 
-def select(cases: Iterable[Case], *, level: str, run: Sequence[str] = (), skip: Sequence[str] = ()) -> list[Case]:
+def select(
+    cases: Iterable[Case], *, level: str, run: Sequence[str] = (), skip: Sequence[str] = ()
+) -> list[Case]:
     chosen = []
     for c in cases:
         if not level_selected(c, level):

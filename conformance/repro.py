@@ -61,13 +61,13 @@ async def main():
             await asyncio.sleep(max(0.0, offset_s - (time.monotonic() - start)))
 '''
 
-_FOOTER = '''
+_FOOTER = """
         await asyncio.gather(*streams)
 
 
 if __name__ == "__main__":
     asyncio.run(main())
-'''
+"""
 
 
 def literal(message: object) -> str:
@@ -86,8 +86,10 @@ def script(case_id: str, target: str, calls: Sequence[Call], filename: str = "re
                 extra += f", deadline_s={call.deadline_s!r}"
             if call.cancel_after is not None:
                 extra += f", cancel_after={call.cancel_after!r}"
-            lines.append(f"        streams.append(asyncio.create_task(stream(client, {label!r}, "
-                         f"{literal(call.request)}{extra})))")
+            lines.append(
+                f"        streams.append(asyncio.create_task(stream(client, {label!r}, "
+                f"{literal(call.request)}{extra})))"
+            )
         else:
             stub = "client.control" if call.service == "control" else "client.inference"
             lines.append(f"        await unary({label!r}, {stub}.{call.method}({literal(call.request)}))")

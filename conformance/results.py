@@ -43,8 +43,14 @@ class Repro:
     script_path: str = ""  # where the script was written, when it was
 
     def to_json(self) -> dict[str, object]:
-        return {"kind": self.kind, "example": self.example, "script": self.script, "script_path": self.script_path,
-                "seed": self.seed, "blob": self.blob}
+        return {
+            "kind": self.kind,
+            "example": self.example,
+            "script": self.script,
+            "script_path": self.script_path,
+            "seed": self.seed,
+            "blob": self.blob,
+        }
 
 
 @dataclass(slots=True)

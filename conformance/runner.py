@@ -58,7 +58,10 @@ async def run_case(session: Session, case: Case) -> CaseResult:
     except GRPCError as exc:
         verdict = Verdict.FAIL
         reason = f"an RPC failed: {exc.status.name} {exc.message!r}"
-        mismatches = [*ctx.check.mismatches, Mismatch("RPC status", "OK", f"{exc.status.name}: {exc.message}")]
+        mismatches = [
+            *ctx.check.mismatches,
+            Mismatch("RPC status", "OK", f"{exc.status.name}: {exc.message}"),
+        ]
     except (StreamStalled, StreamHung, StreamTerminatedError, ProtocolError, ConnectionError, OSError) as exc:
         verdict = Verdict.FAIL
         reason = f"{type(exc).__name__}: {exc}"
@@ -71,17 +74,23 @@ async def run_case(session: Session, case: Case) -> CaseResult:
     if verdict is Verdict.PASS and ctx.check.mismatches:
         verdict, mismatches = Verdict.FAIL, ctx.check.mismatches
         reason = mismatches[0].render()
-    result = _result(case, verdict, reason, duration_s=time.monotonic() - started, mismatches=mismatches,
-                     notes=ctx.notes)
+    result = _result(
+        case, verdict, reason, duration_s=time.monotonic() - started, mismatches=mismatches, notes=ctx.notes
+    )
     if verdict is Verdict.FAIL:
-        result.repro = ctx.repro or Repro(kind="transcript", example="\n".join(
-            f"{c.t_s:7.3f}s {c.method}({show(c.request)}) {c.outcome}" for c in ctx.transcript),
-            script=script(case.id, str(session.target.endpoint), ctx.transcript))
+        result.repro = ctx.repro or Repro(
+            kind="transcript",
+            example="\n".join(
+                f"{c.t_s:7.3f}s {c.method}({show(c.request)}) {c.outcome}" for c in ctx.transcript
+            ),
+            script=script(case.id, str(session.target.endpoint), ctx.transcript),
+        )
     return result
 
 
-async def run_all(session: Session, cases: Sequence[Case], *, jobs: int = 4,
-                  progress: Progress | None = None) -> list[CaseResult]:
+async def run_all(
+    session: Session, cases: Sequence[Case], *, jobs: int = 4, progress: Progress | None = None
+) -> list[CaseResult]:
     progress = progress or Progress()
     results: dict[str, CaseResult] = {}
     running: set[asyncio.Task[CaseResult]] = set()

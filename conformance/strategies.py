@@ -24,8 +24,16 @@ from lmrpc.v1 import (
 
 # Short prompts in several scripts: multi-byte characters exercise STREAM-4/5 holdback.
 PROMPTS = (
-    "Hello", "The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def add(a, b):",
-    "Réponds en français :", "日本語で答えてください。", "Emoji test 🙂🚀", "Ελληνικά κείμενα", "x",
+    "Hello",
+    "The capital of France is",
+    "1, 2, 3, 4,",
+    "Once upon a time",
+    "def add(a, b):",
+    "Réponds en français :",
+    "日本語で答えてください。",
+    "Emoji test 🙂🚀",
+    "Ελληνικά κείμενα",
+    "x",
 )
 # Stop strings likely to occur in generated text.
 STOPS = (" ", "e", ".", ",", "\n", "the", "a", "ing", "🙂", "。")
@@ -89,52 +97,89 @@ def sampling(info: TargetInfo, *, max_n: int = 3) -> st.SearchStrategy[SamplingP
 
 
 def stopping(info: TargetInfo, max_tokens: int) -> st.SearchStrategy[StoppingCriteria]:
-    def build(max_t: int, min_t: int | None, strings: list[str], ids: list[int], ignore: bool,
-              include: bool) -> StoppingCriteria:
-        return StoppingCriteria(max_tokens=max_t, min_tokens=None if min_t is None else min(min_t, max_t),
-                                stop_strings=strings, stop_token_ids=ids, ignore_eos=ignore,
-                                include_stop_in_output=include)
+    def build(
+        max_t: int, min_t: int | None, strings: list[str], ids: list[int], ignore: bool, include: bool
+    ) -> StoppingCriteria:
+        return StoppingCriteria(
+            max_tokens=max_t,
+            min_tokens=None if min_t is None else min(min_t, max_t),
+            stop_strings=strings,
+            stop_token_ids=ids,
+            ignore_eos=ignore,
+            include_stop_in_output=include,
+        )
 
     max_strings = min(info.caps.max_stop_strings, 3) if info.has("stop_strings") else 0
     id_limit = max(info.vocab_size - 1, 0)
     stop_ids = st.lists(st.one_of(st.sampled_from(info.eos_ids or [0]), st.integers(0, id_limit)), max_size=2)
     return st.builds(
-        build, st.integers(1, max_tokens), _maybe(st.integers(0, max_tokens)),
+        build,
+        st.integers(1, max_tokens),
+        _maybe(st.integers(0, max_tokens)),
         st.lists(st.sampled_from(STOPS), max_size=max_strings, unique=True),
-        stop_ids if info.has("stop_token_ids") else st.just([]), st.booleans(), st.booleans(),
+        stop_ids if info.has("stop_token_ids") else st.just([]),
+        st.booleans(),
+        st.booleans(),
     )
 
 
 def response_options(info: TargetInfo) -> st.SearchStrategy[ResponseOptions]:
-    def build(text: bool | None, ids: bool | None, logprobs: bool, top: int, skip: bool | None,
-              prompt_ids: bool, final: bool) -> ResponseOptions:
+    def build(
+        text: bool | None,
+        ids: bool | None,
+        logprobs: bool,
+        top: int,
+        skip: bool | None,
+        prompt_ids: bool,
+        final: bool,
+    ) -> ResponseOptions:
         if text is False and ids is False:
             ids = None
-        return ResponseOptions(return_text=text, return_token_ids=ids, return_logprobs=logprobs,
-                               top_logprobs=top if logprobs else 0, skip_special_tokens=skip,
-                               return_prompt_token_ids=prompt_ids, final_only=final)
+        return ResponseOptions(
+            return_text=text,
+            return_token_ids=ids,
+            return_logprobs=logprobs,
+            top_logprobs=top if logprobs else 0,
+            skip_special_tokens=skip,
+            return_prompt_token_ids=prompt_ids,
+            final_only=final,
+        )
 
     has_lp = info.has("logprobs")
     flag = st.one_of(st.none(), st.booleans())
     return st.builds(
-        build, flag, flag, st.booleans() if has_lp else st.just(False),
-        st.integers(0, min(info.caps.max_top_logprobs, 5)) if has_lp else st.just(0), flag, st.booleans(),
+        build,
+        flag,
+        flag,
+        st.booleans() if has_lp else st.just(False),
+        st.integers(0, min(info.caps.max_top_logprobs, 5)) if has_lp else st.just(0),
+        flag,
+        st.booleans(),
         st.booleans() if info.has("final_only") else st.just(False),
     )
 
 
-def valid_requests(info: TargetInfo, *, max_tokens: int, max_n: int = 3) -> st.SearchStrategy[GenerateRequest]:
+def valid_requests(
+    info: TargetInfo, *, max_tokens: int, max_n: int = 3
+) -> st.SearchStrategy[GenerateRequest]:
     """Requests every conformant server with these capabilities must accept (request_id left empty)."""
-    def build(inp: dict[str, object], s: SamplingParams, stop: StoppingCriteria, r: ResponseOptions,
-              ) -> GenerateRequest:
+
+    def build(
+        inp: dict[str, object],
+        s: SamplingParams,
+        stop: StoppingCriteria,
+        r: ResponseOptions,
+    ) -> GenerateRequest:
         return GenerateRequest(sampling=s, stopping=stop, response=r, **inp)  # type: ignore[arg-type]
 
-    return st.builds(build, inputs(info), sampling(info, max_n=max_n), stopping(info, max_tokens),
-                     response_options(info))
+    return st.builds(
+        build, inputs(info), sampling(info, max_n=max_n), stopping(info, max_tokens), response_options(info)
+    )
 
 
 def deterministic_requests(info: TargetInfo, *, max_tokens: int) -> st.SearchStrategy[GenerateRequest]:
     """Valid requests whose tokens are reproducible: greedy, or seeded where the target supports it."""
+
     def pin(request: GenerateRequest, seed: int, greedy: bool) -> GenerateRequest:
         sampling = request.sampling or SamplingParams()
         if greedy or not info.has("seeded_sampling"):
@@ -143,8 +188,12 @@ def deterministic_requests(info: TargetInfo, *, max_tokens: int) -> st.SearchStr
             sampling.seed = seed
         return request
 
-    return st.builds(pin, valid_requests(info, max_tokens=max_tokens), st.integers(0, 2**32),
-                     st.booleans() if info.has("seeded_sampling") else st.just(True))
+    return st.builds(
+        pin,
+        valid_requests(info, max_tokens=max_tokens),
+        st.integers(0, 2**32),
+        st.booleans() if info.has("seeded_sampling") else st.just(True),
+    )
 
 
 _BAD_ID_CHARS = st.sampled_from(list(" !@#$%^&*()+=,;'\"é\u00a0\t"))
@@ -156,27 +205,56 @@ def invalid_requests(info: TargetInfo, *, max_tokens: int) -> st.SearchStrategy[
     Every draw must fail with INVALID_ARGUMENT and no messages (ERR-1, SAMPLE-5, REQ-4, REQ-5).
     """
     mutations: list[st.SearchStrategy[tuple[str, str, object]]] = [
-        st.tuples(st.just("sampling"), st.just("temperature"),
-                  st.one_of(_f32(max_value=-0.0009765625), st.just(float("nan")), st.just(float("inf")))),
+        st.tuples(
+            st.just("sampling"),
+            st.just("temperature"),
+            st.one_of(_f32(max_value=-0.0009765625), st.just(float("nan")), st.just(float("inf"))),
+        ),
         st.tuples(st.just("sampling"), st.just("n"), st.just(0)),
         st.tuples(st.just("stopping"), st.just("max_tokens"), st.just(0)),
-        st.tuples(st.just("request_id"), st.just("request_id"),
-                  st.tuples(st.text(st.characters(min_codepoint=48, max_codepoint=122), max_size=8), _BAD_ID_CHARS)),
+        st.tuples(
+            st.just("request_id"),
+            st.just("request_id"),
+            st.tuples(st.text(st.characters(min_codepoint=48, max_codepoint=122), max_size=8), _BAD_ID_CHARS),
+        ),
     ]
     if info.has("truncation_sampling"):
-        mutations += [st.tuples(st.just("sampling"), st.just("top_p"), st.one_of(
-            st.just(0.0), _f32(max_value=-0.0009765625), _f32(min_value=1.0078125, max_value=1e6))),
-            st.tuples(st.just("sampling"), st.just("min_p"), st.one_of(
-                _f32(max_value=-0.0009765625), _f32(min_value=1.0078125, max_value=1e6)))]
+        mutations += [
+            st.tuples(
+                st.just("sampling"),
+                st.just("top_p"),
+                st.one_of(
+                    st.just(0.0), _f32(max_value=-0.0009765625), _f32(min_value=1.0078125, max_value=1e6)
+                ),
+            ),
+            st.tuples(
+                st.just("sampling"),
+                st.just("min_p"),
+                st.one_of(_f32(max_value=-0.0009765625), _f32(min_value=1.0078125, max_value=1e6)),
+            ),
+        ]
     if info.has("penalties"):
-        outside = st.one_of(_f32(min_value=-1e6, max_value=-2.015625), _f32(min_value=2.015625, max_value=1e6))
-        mutations += [st.tuples(st.just("sampling"), st.sampled_from(["frequency_penalty", "presence_penalty"]),
-                                outside),
-                      st.tuples(st.just("sampling"), st.just("repetition_penalty"), st.one_of(
-                          _f32(min_value=-1e6, max_value=0.0), _f32(min_value=10.0625, max_value=1e6)))]
+        outside = st.one_of(
+            _f32(min_value=-1e6, max_value=-2.015625), _f32(min_value=2.015625, max_value=1e6)
+        )
+        mutations += [
+            st.tuples(
+                st.just("sampling"), st.sampled_from(["frequency_penalty", "presence_penalty"]), outside
+            ),
+            st.tuples(
+                st.just("sampling"),
+                st.just("repetition_penalty"),
+                st.one_of(_f32(min_value=-1e6, max_value=0.0), _f32(min_value=10.0625, max_value=1e6)),
+            ),
+        ]
     if info.has("token_ids_input") and info.vocab_size:
-        mutations.append(st.tuples(st.just("token_ids"), st.just("token_ids"),
-                                   st.integers(info.vocab_size, info.vocab_size + 10**6)))
+        mutations.append(
+            st.tuples(
+                st.just("token_ids"),
+                st.just("token_ids"),
+                st.integers(info.vocab_size, info.vocab_size + 10**6),
+            )
+        )
 
     def apply(base: GenerateRequest, mutation: tuple[str, str, object]) -> tuple[GenerateRequest, str]:
         where, name, value = mutation

@@ -154,8 +154,11 @@ class StreamRecord:
                 view.deltas.append(body)
                 if not view.finishes:
                     view.token_ids.extend(body.token_ids)
-                    view.text_bytes += e.text_bytes if e.text_bytes is not None else body.text.encode(
-                        "utf-8", "surrogateescape")
+                    view.text_bytes += (
+                        e.text_bytes
+                        if e.text_bytes is not None
+                        else body.text.encode("utf-8", "surrogateescape")
+                    )
                     view.logprobs.extend(body.logprobs)
             else:
                 if not view.finishes:
@@ -165,6 +168,11 @@ class StreamRecord:
 
     def summary(self) -> str:
         kinds = [e.kind for e in self.events]
-        return f"{len(kinds)} messages {kinds[:12]}{'...' if len(kinds) > 12 else ''}, end={self.end.value}" + (
-            f" {self.status.name if self.status else ''} {self.status_message!r}" if self.end is End.STATUS else ""
+        return (
+            f"{len(kinds)} messages {kinds[:12]}{'...' if len(kinds) > 12 else ''}, end={self.end.value}"
+            + (
+                f" {self.status.name if self.status else ''} {self.status_message!r}"
+                if self.end is End.STATUS
+                else ""
+            )
         )

@@ -61,7 +61,9 @@ class Endpoint:
     def channel(self) -> Channel:
         if self.tls is None:
             return Channel(self.host, self.port)
-        config = Configuration(ssl_target_name_override=self.tls.server_name) if self.tls.server_name else None
+        config = (
+            Configuration(ssl_target_name_override=self.tls.server_name) if self.tls.server_name else None
+        )
         return Channel(self.host, self.port, ssl=self.tls.context(), config=config)
 
     def __str__(self) -> str:
@@ -125,8 +127,12 @@ class Target:
         except BaseException:
             channel.close()
             raise
-        info = TargetInfo(server.server or ServerInfo(), model.model or ModelInfo(), model.embedding_model,
-                          int(load.current.kv_tokens_total) if load.current else 0)
+        info = TargetInfo(
+            server.server or ServerInfo(),
+            model.model or ModelInfo(),
+            model.embedding_model,
+            int(load.current.kv_tokens_total) if load.current else 0,
+        )
         return Target(endpoint, info, channel, control, InferenceServiceStub(channel))
 
     def fresh_channel(self) -> Channel:

@@ -43,7 +43,9 @@ def validator(clause: str) -> Callable[[Validator], Validator]:
 
 
 def M(what: str, want: object, got: object) -> Mismatch:
-    return Mismatch(what, want if isinstance(want, str) else repr(want), got if isinstance(got, str) else repr(got))
+    return Mismatch(
+        what, want if isinstance(want, str) else repr(want), got if isinstance(got, str) else repr(got)
+    )
 
 
 def terminal_seq(record: StreamRecord) -> int | None:
@@ -63,7 +65,11 @@ def terminal_seq(record: StreamRecord) -> int | None:
 @validator("STREAM-1")
 def stream_1(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     if not record.events:
-        return [M("first message", "PromptInfo", f"no messages, then {record.end.value}")] if record.ended_ok else []
+        return (
+            [M("first message", "PromptInfo", f"no messages, then {record.end.value}")]
+            if record.ended_ok
+            else []
+        )
     out = []
     if record.events[0].kind != "prompt_info":
         out.append(M("first message", "prompt_info", record.events[0].kind))
@@ -85,8 +91,13 @@ def stream_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         finish = view.finish
         delivered = sum(len(d.token_ids) for d in view.deltas)
         if finish is not None and delivered > finish.completion_tokens:
-            out.append(M(f"output {view.index}: token ids delivered in deltas (== completion_tokens)",
-                         finish.completion_tokens, f"{delivered} (repeated or cumulative ids)"))
+            out.append(
+                M(
+                    f"output {view.index}: token ids delivered in deltas (== completion_tokens)",
+                    finish.completion_tokens,
+                    f"{delivered} (repeated or cumulative ids)",
+                )
+            )
     return out
 
 
@@ -100,7 +111,9 @@ def stream_3(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         if body.output_index is None:
             out.append(M(f"message {e.seq} ({e.kind}).output_index", "present (also for output 0)", "absent"))
         elif not 0 <= body.output_index < record.n:
-            out.append(M(f"message {e.seq} ({e.kind}).output_index", f"in [0, {record.n})", body.output_index))
+            out.append(
+                M(f"message {e.seq} ({e.kind}).output_index", f"in [0, {record.n})", body.output_index)
+            )
     return out[:5]
 
 
@@ -139,8 +152,13 @@ def stream_5(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         if delta is None:
             continue
         if not e.text_is_utf8:
-            out.append(M(f"message {e.seq}: text bytes", "well-formed UTF-8 ending on a character boundary",
-                         e.text_bytes))
+            out.append(
+                M(
+                    f"message {e.seq}: text bytes",
+                    "well-formed UTF-8 ending on a character boundary",
+                    e.text_bytes,
+                )
+            )
         elif "\ufffd" in delta.text:
             full = facts.detok.get(delta.output_index or 0)
             if full is not None and "\ufffd" not in full:
@@ -157,8 +175,13 @@ def stream_6(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     if not foreign:
         return []
     from_others = foreign & facts.others
-    return [M("request ids on this stream", repr(own), f"also {sorted(foreign)}"
-              + (" (ids of concurrent requests)" if from_others else ""))]
+    return [
+        M(
+            "request ids on this stream",
+            repr(own),
+            f"also {sorted(foreign)}" + (" (ids of concurrent requests)" if from_others else ""),
+        )
+    ]
 
 
 @validator("REQ-2")
@@ -183,7 +206,13 @@ def err_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         out.append(M("how an accepted stream ends", "status OK (a failure is a terminal RequestError)", got))
     errors = [e for e in record.events if e.kind == "error"]
     if len(errors) > 1 or (errors and errors[0] is not record.events[-1]):
-        out.append(M("RequestError", "exactly one, as the terminal message", f"{len(errors)}, at {[e.seq for e in errors]}"))
+        out.append(
+            M(
+                "RequestError",
+                "exactly one, as the terminal message",
+                f"{len(errors)}, at {[e.seq for e in errors]}",
+            )
+        )
     for e in errors:
         if e.message.error is not None and e.message.error.code == 0:
             out.append(M(f"message {e.seq}: RequestError.code", "a non-zero gRPC status", 0))

@@ -14,10 +14,17 @@ def finish_1(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     outputs = record.outputs()
     for view in outputs.values():
         if len(view.finishes) > 1:
-            out.append(M(f"output {view.index}: OutputFinished messages", "exactly 1",
-                         f"{len(view.finishes)} (at messages {[seq for seq, _ in view.finishes]})"))
+            out.append(
+                M(
+                    f"output {view.index}: OutputFinished messages",
+                    "exactly 1",
+                    f"{len(view.finishes)} (at messages {[seq for seq, _ in view.finishes]})",
+                )
+            )
         if view.events_after_finish:
-            out.append(M(f"output {view.index}: events after its OutputFinished", 0, view.events_after_finish))
+            out.append(
+                M(f"output {view.index}: events after its OutputFinished", 0, view.events_after_finish)
+            )
     if record.ended_ok and record.error is None:
         unfinished = [i for i in range(record.n) if i not in outputs or not outputs[i].finishes]
         if unfinished:
@@ -32,9 +39,18 @@ def finish_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     out = []
     for view in record.outputs().values():
         finish = view.finish
-        if finish is not None and view.ids_before_finish is not None and view.ids_before_finish < finish.completion_tokens:
-            out.append(M(f"output {view.index}: token ids delivered before its OutputFinished",
-                         finish.completion_tokens, f"{view.ids_before_finish} (the last tokens were lost)"))
+        if (
+            finish is not None
+            and view.ids_before_finish is not None
+            and view.ids_before_finish < finish.completion_tokens
+        ):
+            out.append(
+                M(
+                    f"output {view.index}: token ids delivered before its OutputFinished",
+                    finish.completion_tokens,
+                    f"{view.ids_before_finish} (the last tokens were lost)",
+                )
+            )
     return out
 
 
@@ -49,15 +65,18 @@ def finish_3(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     if terminal is None:
         return [M("terminal message", "the last output's OutputFinished or a RequestError", last.kind)]
     if terminal != last.seq:
-        kinds = [e.kind for e in record.events[terminal + 1:]]
+        kinds = [e.kind for e in record.events[terminal + 1 :]]
         return [M("messages after the terminal message", "none", f"{len(kinds)}: {kinds[:6]}")]
     return []
 
 
 @validator("FINISH-4")
 def finish_4(record: StreamRecord, facts: Facts) -> list[Mismatch]:
-    return [M(f"message {e.seq}: OutputFinished.reason", "not FINISH_REASON_UNSPECIFIED", "UNSPECIFIED")
-            for e in record.events if e.finished is not None and e.finished.reason == FinishReason.UNSPECIFIED][:3]
+    return [
+        M(f"message {e.seq}: OutputFinished.reason", "not FINISH_REASON_UNSPECIFIED", "UNSPECIFIED")
+        for e in record.events
+        if e.finished is not None and e.finished.reason == FinishReason.UNSPECIFIED
+    ][:3]
 
 
 @validator("FINISH-5")
@@ -72,7 +91,9 @@ def finish_5(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         last = view.token_ids[-1] if view.token_ids and eff.return_token_ids else None
         what = f"output {view.index}: OutputFinished.stop"
         if (finish.reason == FinishReason.STOP) != (stop is not None):
-            out.append(M(what, "set if and only if reason is STOP", f"reason={finish.reason.name}, stop={stop}"))
+            out.append(
+                M(what, "set if and only if reason is STOP", f"reason={finish.reason.name}, stop={stop}")
+            )
             continue
         if stop is None:
             continue
@@ -82,11 +103,18 @@ def finish_5(record: StreamRecord, facts: Facts) -> list[Mismatch]:
             if last is not None and last != stop.eos_token_id:
                 out.append(M(what + ".eos_token_id", f"the output's last token {last}", stop.eos_token_id))
             if stop.eos_token_id in eff.stop_token_ids:
-                out.append(M(what, f"stop_token_id={stop.eos_token_id} (a requested stop token wins)",
-                             f"eos_token_id={stop.eos_token_id}"))
+                out.append(
+                    M(
+                        what,
+                        f"stop_token_id={stop.eos_token_id} (a requested stop token wins)",
+                        f"eos_token_id={stop.eos_token_id}",
+                    )
+                )
         elif stop.stop_token_id is not None:
             if stop.stop_token_id not in eff.stop_token_ids:
-                out.append(M(what + ".stop_token_id", f"one of {list(eff.stop_token_ids)}", stop.stop_token_id))
+                out.append(
+                    M(what + ".stop_token_id", f"one of {list(eff.stop_token_ids)}", stop.stop_token_id)
+                )
             if last is not None and last != stop.stop_token_id:
                 out.append(M(what + ".stop_token_id", f"the output's last token {last}", stop.stop_token_id))
         elif stop.stop_string is not None and stop.stop_string not in eff.stop_strings:
@@ -110,14 +138,27 @@ def finish_6(record: StreamRecord, facts: Facts) -> list[Mismatch]:
             continue
         full = finish.completion_tokens >= eff.max_tokens or finish.completion_tokens >= room
         if finish.reason == FinishReason.LENGTH and not full:
-            out.append(M(f"output {view.index}: completion_tokens of a LENGTH finish",
-                         f"max_tokens={eff.max_tokens} (or a full window)", finish.completion_tokens))
-        if (eff.ignore_eos and not eff.has_stop_conditions and finish.reason != FinishReason.ABORTED
-                and eff.max_tokens <= room and (finish.reason != FinishReason.LENGTH
-                                                or finish.completion_tokens != eff.max_tokens)):
-            out.append(M(f"output {view.index} with ignore_eos and no stop conditions",
-                         f"LENGTH after {eff.max_tokens} tokens",
-                         f"{finish.reason.name} after {finish.completion_tokens}"))
+            out.append(
+                M(
+                    f"output {view.index}: completion_tokens of a LENGTH finish",
+                    f"max_tokens={eff.max_tokens} (or a full window)",
+                    finish.completion_tokens,
+                )
+            )
+        if (
+            eff.ignore_eos
+            and not eff.has_stop_conditions
+            and finish.reason != FinishReason.ABORTED
+            and eff.max_tokens <= room
+            and (finish.reason != FinishReason.LENGTH or finish.completion_tokens != eff.max_tokens)
+        ):
+            out.append(
+                M(
+                    f"output {view.index} with ignore_eos and no stop conditions",
+                    f"LENGTH after {eff.max_tokens} tokens",
+                    f"{finish.reason.name} after {finish.completion_tokens}",
+                )
+            )
     return out
 
 
@@ -141,10 +182,17 @@ def usage_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         return []
     out = []
     if usage.prompt_tokens != prompt.prompt_tokens:
-        out.append(M("Usage.prompt_tokens (== PromptInfo.prompt_tokens)", prompt.prompt_tokens, usage.prompt_tokens))
+        out.append(
+            M("Usage.prompt_tokens (== PromptInfo.prompt_tokens)", prompt.prompt_tokens, usage.prompt_tokens)
+        )
     if facts.prompt_ids is not None and usage.prompt_tokens != len(facts.prompt_ids):
-        out.append(M("Usage.prompt_tokens (== number of ids Tokenize returns)", len(facts.prompt_ids),
-                     usage.prompt_tokens))
+        out.append(
+            M(
+                "Usage.prompt_tokens (== number of ids Tokenize returns)",
+                len(facts.prompt_ids),
+                usage.prompt_tokens,
+            )
+        )
     return out
 
 
@@ -155,7 +203,13 @@ def usage_3(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         return []
     total = sum(v.finish.completion_tokens for v in record.outputs().values() if v.finish is not None)
     if usage.completion_tokens != total:
-        return [M("Usage.completion_tokens (sum of OutputFinished.completion_tokens)", total, usage.completion_tokens)]
+        return [
+            M(
+                "Usage.completion_tokens (sum of OutputFinished.completion_tokens)",
+                total,
+                usage.completion_tokens,
+            )
+        ]
     return []
 
 
@@ -163,7 +217,13 @@ def usage_3(record: StreamRecord, facts: Facts) -> list[Mismatch]:
 def usage_4(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     usage = record.usage
     if usage is not None and usage.cached_prompt_tokens > usage.prompt_tokens:
-        return [M("Usage.cached_prompt_tokens", f"<= prompt_tokens={usage.prompt_tokens}", usage.cached_prompt_tokens)]
+        return [
+            M(
+                "Usage.cached_prompt_tokens",
+                f"<= prompt_tokens={usage.prompt_tokens}",
+                usage.cached_prompt_tokens,
+            )
+        ]
     return []
 
 
@@ -198,8 +258,11 @@ def n_1(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     out = []
     if set(outputs) != want:
         out.append(M("output indices in the stream", sorted(want), sorted(outputs)))
-    no_deltas = [i for i, v in outputs.items() if not v.deltas and v.finish is not None
-                 and v.finish.reason != FinishReason.ABORTED]
+    no_deltas = [
+        i
+        for i, v in outputs.items()
+        if not v.deltas and v.finish is not None and v.finish.reason != FinishReason.ABORTED
+    ]
     if no_deltas:
         out.append(M("outputs with at least one TokenDelta", sorted(want), f"none for {no_deltas}"))
     return out
@@ -212,9 +275,16 @@ def n_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         return []
     out = []
     if usage.prompt_tokens != prompt.prompt_tokens:
-        out.append(M(f"Usage.prompt_tokens of an n={record.n} request (prompt counted once)",
-                     prompt.prompt_tokens, usage.prompt_tokens))
+        out.append(
+            M(
+                f"Usage.prompt_tokens of an n={record.n} request (prompt counted once)",
+                prompt.prompt_tokens,
+                usage.prompt_tokens,
+            )
+        )
     total = sum(v.finish.completion_tokens for v in record.outputs().values() if v.finish is not None)
     if usage.completion_tokens != total:
-        out.append(M(f"Usage.completion_tokens of an n={record.n} request (summed)", total, usage.completion_tokens))
+        out.append(
+            M(f"Usage.completion_tokens of an n={record.n} request (summed)", total, usage.completion_tokens)
+        )
     return out

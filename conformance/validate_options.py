@@ -27,10 +27,17 @@ def _logprob_problems(where: str, lp: TokenLogprob, token: int | None, top_n: in
         if c.token_id == lp.token_id and not math.isclose(c.logprob, lp.logprob, rel_tol=1e-3, abs_tol=1e-3):
             out.append(M(f"{where}: logprob of the sampled token in top", lp.logprob, c.logprob))
     if lp.top:
-        is_top = lp.top[0].token_id == lp.token_id or math.isclose(lp.logprob, lp.top[0].logprob, abs_tol=1e-6)
+        is_top = lp.top[0].token_id == lp.token_id or math.isclose(
+            lp.logprob, lp.top[0].logprob, abs_tol=1e-6
+        )
         if (lp.rank == 1) != is_top:
-            out.append(M(f"{where}.rank", "1 exactly when the token is the top candidate",
-                         f"rank={lp.rank}, top[0]={lp.top[0].token_id}, token={lp.token_id}"))
+            out.append(
+                M(
+                    f"{where}.rank",
+                    "1 exactly when the token is the top candidate",
+                    f"rank={lp.rank}, top[0]={lp.top[0].token_id}, token={lp.token_id}",
+                )
+            )
     return out
 
 
@@ -44,15 +51,22 @@ def stream_7(record: StreamRecord, facts: Facts) -> list[Mismatch]:
             continue
         if not eff.return_logprobs:
             if delta.logprobs:
-                out.append(M(f"message {e.seq}: logprobs without return_logprobs", "none", len(delta.logprobs)))
+                out.append(
+                    M(f"message {e.seq}: logprobs without return_logprobs", "none", len(delta.logprobs))
+                )
             continue
         ids = list(delta.token_ids) if eff.return_token_ids else None
         if ids is not None and len(delta.logprobs) != len(ids):
-            out.append(M(f"message {e.seq}: TokenLogprob entries (one per token)", len(ids), len(delta.logprobs)))
+            out.append(
+                M(f"message {e.seq}: TokenLogprob entries (one per token)", len(ids), len(delta.logprobs))
+            )
             continue
         for i, lp in enumerate(delta.logprobs):
-            out.extend(_logprob_problems(f"message {e.seq} logprobs[{i}]", lp, ids[i] if ids else None,
-                                         eff.top_logprobs))
+            out.extend(
+                _logprob_problems(
+                    f"message {e.seq} logprobs[{i}]", lp, ids[i] if ids else None, eff.top_logprobs
+                )
+            )
     return out[:6]
 
 
@@ -66,8 +80,13 @@ def stream_8(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         if finish is None or finish.reason == FinishReason.ABORTED:
             continue
         if len(view.deltas) != 1:
-            out.append(M(f"output {view.index}: TokenDeltas with final_only", "exactly 1 holding all tokens",
-                         len(view.deltas)))
+            out.append(
+                M(
+                    f"output {view.index}: TokenDeltas with final_only",
+                    "exactly 1 holding all tokens",
+                    len(view.deltas),
+                )
+            )
     return out
 
 
@@ -82,11 +101,22 @@ def stream_10(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         if not eff.return_text and delta.text:
             out.append(M(f"message {e.seq}: text with return_text=false", "empty", delta.text))
         if not eff.return_token_ids and delta.token_ids:
-            out.append(M(f"message {e.seq}: token_ids with return_token_ids=false", "empty", list(delta.token_ids)))
+            out.append(
+                M(f"message {e.seq}: token_ids with return_token_ids=false", "empty", list(delta.token_ids))
+            )
     prompt = record.prompt_info
-    if eff.return_prompt_token_ids and prompt is not None and len(prompt.prompt_token_ids) != prompt.prompt_tokens:
-        out.append(M("PromptInfo.prompt_token_ids (the prompt prompt_tokens counts)",
-                     f"{prompt.prompt_tokens} ids", f"{len(prompt.prompt_token_ids)} ids"))
+    if (
+        eff.return_prompt_token_ids
+        and prompt is not None
+        and len(prompt.prompt_token_ids) != prompt.prompt_tokens
+    ):
+        out.append(
+            M(
+                "PromptInfo.prompt_token_ids (the prompt prompt_tokens counts)",
+                f"{prompt.prompt_tokens} ids",
+                f"{len(prompt.prompt_token_ids)} ids",
+            )
+        )
     return out[:5]
 
 
@@ -104,6 +134,11 @@ def tok_1(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     if prompt is None or facts.prompt_ids is None or not facts.eff(record).return_prompt_token_ids:
         return []
     if list(prompt.prompt_token_ids) != facts.prompt_ids:
-        return [M("PromptInfo.prompt_token_ids (== Tokenize of the same input)", facts.prompt_ids,
-                  list(prompt.prompt_token_ids))]
+        return [
+            M(
+                "PromptInfo.prompt_token_ids (== Tokenize of the same input)",
+                facts.prompt_ids,
+                list(prompt.prompt_token_ids),
+            )
+        ]
     return []

@@ -177,7 +177,9 @@ class LmrpcClient:
         self, request: GenerateRequest, *, timeout: float | None = None
     ) -> AsyncGenerator[GenerateResponse, None]:
         """Yield the events of one Generate call. Leaving the loop early cancels the call."""
-        async with contextlib.aclosing(_as_generator(self.inference.generate(request, timeout=timeout))) as events:
+        async with contextlib.aclosing(
+            _as_generator(self.inference.generate(request, timeout=timeout))
+        ) as events:
             async for response in events:
                 yield response
 

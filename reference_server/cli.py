@@ -35,7 +35,9 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         "--max-batch-tokens", type=int, default=None, help="token budget of one step (chunked prefill)"
     )
     parser.add_argument("--attention", default="auto", choices=("auto", "sdpa", "flashinfer"))
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores but two)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: all cores but two)"
+    )
     parser.add_argument("--no-embedding", action="store_true", help="do not load the embedding model")
     parser.add_argument("--drain-timeout", type=float, default=30.0)
     parser.add_argument("--startup-timeout", type=float, default=300.0)

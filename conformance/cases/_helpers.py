@@ -22,27 +22,46 @@ from lmrpc.v1 import (
 LOAD_FIELDS = ("active_requests", "running_sequences", "waiting_sequences", "kv_tokens_in_use")
 
 
-def request(ctx: Ctx, text: str = "Hello", *, max_tokens: int | None = None, temperature: float | None = None,
-            seed: int | None = None, n: int | None = None, ignore_eos: bool = False, min_tokens: int | None = None,
-            stop_strings: Iterable[str] = (), stop_token_ids: Iterable[int] = (), include_stop: bool = False,
-            response: ResponseOptions | None = None, request_id: str | None = None) -> GenerateRequest:
+def request(
+    ctx: Ctx,
+    text: str = "Hello",
+    *,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    seed: int | None = None,
+    n: int | None = None,
+    ignore_eos: bool = False,
+    min_tokens: int | None = None,
+    stop_strings: Iterable[str] = (),
+    stop_token_ids: Iterable[int] = (),
+    include_stop: bool = False,
+    response: ResponseOptions | None = None,
+    request_id: str | None = None,
+) -> GenerateRequest:
     """A text request with a fresh request id; ``max_tokens`` defaults to the level's cap."""
     return GenerateRequest(
         request_id=ctx.uid() if request_id is None else request_id,
         text=text,
         sampling=SamplingParams(temperature=temperature, seed=seed, n=n),
-        stopping=StoppingCriteria(max_tokens=max_tokens or ctx.tuning.max_tokens, min_tokens=min_tokens,
-                                  stop_strings=list(stop_strings), stop_token_ids=list(stop_token_ids),
-                                  ignore_eos=ignore_eos, include_stop_in_output=include_stop),
+        stopping=StoppingCriteria(
+            max_tokens=max_tokens or ctx.tuning.max_tokens,
+            min_tokens=min_tokens,
+            stop_strings=list(stop_strings),
+            stop_token_ids=list(stop_token_ids),
+            ignore_eos=ignore_eos,
+            include_stop_in_output=include_stop,
+        ),
         response=response,
     )
 
 
-def long_request(ctx: Ctx, text: str = "Once upon a time", *, n: int | None = None,
-                 request_id: str | None = None) -> GenerateRequest:
+def long_request(
+    ctx: Ctx, text: str = "Once upon a time", *, n: int | None = None, request_id: str | None = None
+) -> GenerateRequest:
     """A request that stays in flight until it is aborted or cancelled (ignore_eos, all the window allows)."""
-    return request(ctx, text, max_tokens=long_tokens(ctx), ignore_eos=True, n=n, temperature=0.0,
-                   request_id=request_id)
+    return request(
+        ctx, text, max_tokens=long_tokens(ctx), ignore_eos=True, n=n, temperature=0.0, request_id=request_id
+    )
 
 
 def long_tokens(ctx: Ctx) -> int:
@@ -91,7 +110,9 @@ async def quiet_load(ctx: Ctx) -> Load:
 
     def settled(load: Load) -> bool:
         history.append(load_counts(load))
-        return not any(history[-1].values()) or (len(history) >= 4 and all(h == history[-1] for h in history[-4:]))
+        return not any(history[-1].values()) or (
+            len(history) >= 4 and all(h == history[-1] for h in history[-4:])
+        )
 
     _, load = await ctx.wait_for(ctx.load, settled, ctx.budgets.release_s, every_s=0.1)
     return load
@@ -101,22 +122,40 @@ async def expect_released(ctx: Ctx, baseline: Load, what: str) -> bool:
     """ABORT-3: the load returns to (at most) its baseline within the release budget."""
     base = load_counts(baseline)
     released, load = await ctx.wait_for(
-        ctx.load, lambda lo: all(v <= base[k] for k, v in load_counts(lo).items()), ctx.budgets.release_s)
-    return ctx.check.that(released, f"GetLoad {ctx.budgets.release_s:.1f}s after {what}",
-                          f"back to the baseline {base}", load_counts(load))
+        ctx.load, lambda lo: all(v <= base[k] for k, v in load_counts(lo).items()), ctx.budgets.release_s
+    )
+    return ctx.check.that(
+        released,
+        f"GetLoad {ctx.budgets.release_s:.1f}s after {what}",
+        f"back to the baseline {base}",
+        load_counts(load),
+    )
 
 
 async def first_delta(ctx: Ctx, stream: LiveStream) -> None:
     """Read until the stream delivered a token (the request is certainly running)."""
-    event = await stream.read_until(lambda e: e.kind == "delta" and bool(e.message.delta and (
-        e.message.delta.token_ids or e.message.delta.text)), ctx.budgets.prompt_s)
+    event = await stream.read_until(
+        lambda e: (
+            e.kind == "delta"
+            and bool(e.message.delta and (e.message.delta.token_ids or e.message.delta.text))
+        ),
+        ctx.budgets.prompt_s,
+    )
     if event is None:
-        raise CaseFailed([*ctx.check.mismatches,
-                          Mismatch("a long request", "in flight with tokens streaming", stream.record.summary())])
+        raise CaseFailed(
+            [
+                *ctx.check.mismatches,
+                Mismatch("a long request", "in flight with tokens streaming", stream.record.summary()),
+            ]
+        )
 
 
 async def accepted(ctx: Ctx, stream: LiveStream) -> None:
     event = await stream.next(ctx.budgets.prompt_s)
     if event is None:
-        raise CaseFailed([*ctx.check.mismatches, Mismatch("the request", "accepted (a first message)",
-                                                          stream.record.summary())])
+        raise CaseFailed(
+            [
+                *ctx.check.mismatches,
+                Mismatch("the request", "accepted (a first message)", stream.record.summary()),
+            ]
+        )

@@ -21,8 +21,12 @@ async def expect_aborted_end(ctx: Ctx, stream: LiveStream, n: int, what: str) ->
     """ABORT-2: the stream ends promptly; unfinished outputs end ABORTED with their delivered tokens counted;
     the terminal message carries Usage; status OK."""
     record = await stream.finish(ctx.budgets.release_s)
-    if not ctx.check.that(record.ended_ok, f"{what}: the stream's end within {ctx.budgets.release_s:.1f}s",
-                          "status OK", record.summary()):
+    if not ctx.check.that(
+        record.ended_ok,
+        f"{what}: the stream's end within {ctx.budgets.release_s:.1f}s",
+        "status OK",
+        record.summary(),
+    ):
         return
     outputs = record.outputs()
     for index in range(n):
@@ -33,25 +37,34 @@ async def expect_aborted_end(ctx: Ctx, stream: LiveStream, n: int, what: str) ->
         assert view is not None and finish is not None
         if finish.reason != FinishReason.ABORTED and finish.completion_tokens < long_tokens(ctx):
             ctx.check.add(f"{what}: output {index} reason", "ABORTED", finish.reason.name)
-        ctx.check.equal(f"{what}: output {index} completion_tokens (tokens delivered before the abort)",
-                        len(view.token_ids), finish.completion_tokens)
-    ctx.check.that(record.events[-1].message.usage is not None, f"{what}: Usage on the terminal message", "set",
-                   "absent")
+        ctx.check.equal(
+            f"{what}: output {index} completion_tokens (tokens delivered before the abort)",
+            len(view.token_ids),
+            finish.completion_tokens,
+        )
+    ctx.check.that(
+        record.events[-1].message.usage is not None, f"{what}: Usage on the terminal message", "set", "absent"
+    )
 
 
 @case("ABORT-1", tag="unknown")
 async def abort_unknown(ctx: Ctx) -> None:
     """Aborting ids that were never used returns OK with NOT_IN_FLIGHT for each."""
     ids = [ctx.uid("never-1"), ctx.uid("never-2")]
-    ctx.check.equal("Abort outcomes for unknown ids", {i: "NOT_IN_FLIGHT" for i in ids}, await abort(ctx, *ids))
+    ctx.check.equal(
+        "Abort outcomes for unknown ids", {i: "NOT_IN_FLIGHT" for i in ids}, await abort(ctx, *ids)
+    )
 
 
 @case("ABORT-1", tag="finished")
 async def abort_finished(ctx: Ctx) -> None:
     """Aborting a finished request returns NOT_IN_FLIGHT and changes nothing."""
     done = ok(ctx, await ctx.generate(request(ctx, max_tokens=2)))
-    ctx.check.equal("Abort outcome for a finished request", {done.request_id: "NOT_IN_FLIGHT"},
-                    await abort(ctx, done.request_id))
+    ctx.check.equal(
+        "Abort outcome for a finished request",
+        {done.request_id: "NOT_IN_FLIGHT"},
+        await abort(ctx, done.request_id),
+    )
     ok(ctx, await ctx.generate(request(ctx, max_tokens=2)), "a request after the no-op abort")
 
 
@@ -71,7 +84,9 @@ async def abort_mid_stream(ctx: Ctx) -> None:
     """Abort while tokens stream: ABORTED finish with the tokens so far, Usage, status OK, promptly."""
     stream = ctx.open(long_request(ctx))
     await first_delta(ctx, stream)
-    ctx.check.equal("Abort outcome", {stream.record.request_id: "ABORTED"}, await abort(ctx, stream.record.request_id))
+    ctx.check.equal(
+        "Abort outcome", {stream.record.request_id: "ABORTED"}, await abort(ctx, stream.record.request_id)
+    )
     await expect_aborted_end(ctx, stream, 1, "aborted mid-stream")
 
 
@@ -80,17 +95,24 @@ async def abort_before_tokens(ctx: Ctx) -> None:
     """Abort as soon as the request is accepted (before its first token, usually)."""
     stream = ctx.open(long_request(ctx))
     await accepted(ctx, stream)
-    ctx.check.equal("Abort outcome", {stream.record.request_id: "ABORTED"}, await abort(ctx, stream.record.request_id))
+    ctx.check.equal(
+        "Abort outcome", {stream.record.request_id: "ABORTED"}, await abort(ctx, stream.record.request_id)
+    )
     await expect_aborted_end(ctx, stream, 1, "aborted at acceptance")
 
 
-@case("ABORT-4", variants=[{"n": 2, "_requires": ("max_outputs>=2",)}, {"n": 4, "_requires": ("max_outputs>=4",)}])
+@case(
+    "ABORT-4",
+    variants=[{"n": 2, "_requires": ("max_outputs>=2",)}, {"n": 4, "_requires": ("max_outputs>=4",)}],
+)
 async def abort_covers_outputs(ctx: Ctx) -> None:
     """Aborting an n>1 request ends every one of its outputs."""
     n = int(ctx.params["n"])
     stream = ctx.open(long_request(ctx, n=n))
     await first_delta(ctx, stream)
-    ctx.check.equal("Abort outcome", {stream.record.request_id: "ABORTED"}, await abort(ctx, stream.record.request_id))
+    ctx.check.equal(
+        "Abort outcome", {stream.record.request_id: "ABORTED"}, await abort(ctx, stream.record.request_id)
+    )
     await expect_aborted_end(ctx, stream, n, f"aborted n={n} request")
 
 
@@ -104,8 +126,11 @@ async def abort_all(ctx: Ctx) -> None:
     response: AbortResponse = await ctx.rpc("abort", AbortRequest(all=AllRequests()))
     outcomes = {o.request_id: o.status.name for o in response.outcomes}
     for stream in streams:
-        ctx.check.equal(f"Abort(all) outcome for {stream.record.request_id}", "ABORTED",
-                        outcomes.get(stream.record.request_id, "missing"))
+        ctx.check.equal(
+            f"Abort(all) outcome for {stream.record.request_id}",
+            "ABORTED",
+            outcomes.get(stream.record.request_id, "missing"),
+        )
     for stream, k in zip(streams, (1, n, 1), strict=True):
         await expect_aborted_end(ctx, stream, k, f"{stream.record.request_id} after Abort(all)")
 
@@ -119,8 +144,12 @@ async def abort_before_arrival(ctx: Ctx) -> None:
     record = await stream.finish(ctx.budgets.release_s)
     outputs = record.outputs()
     reason = outputs[0].finish.reason.name if 0 in outputs and outputs[0].finish else "none"
-    ctx.check.that(record.ended_ok and reason == "ABORTED", "Generate arriving after its Abort",
-                   "accepted, then ABORTED at once", f"{record.summary()}, reason={reason}")
+    ctx.check.that(
+        record.ended_ok and reason == "ABORTED",
+        "Generate arriving after its Abort",
+        "accepted, then ABORTED at once",
+        f"{record.summary()}, reason={reason}",
+    )
     if record.end is End.OPEN or record.end is End.HUNG:
         await ctx.cancel(stream)
 
@@ -130,4 +159,6 @@ async def abort_without_target(ctx: Ctx) -> None:
     """Abort with no target, or with an empty id list, is INVALID_ARGUMENT."""
     message = AbortRequest(request_ids=RequestIds(ids=[])) if ctx.params["empty"] else AbortRequest()
     outcome = await ctx.rpc_status("abort", message)
-    ctx.check.equal(f"Abort({message!r})", Status.INVALID_ARGUMENT.name, outcome.status.name if outcome.status else "OK")
+    ctx.check.equal(
+        f"Abort({message!r})", Status.INVALID_ARGUMENT.name, outcome.status.name if outcome.status else "OK"
+    )

@@ -25,18 +25,30 @@ async def pause_and_resume(ctx: Ctx) -> None:
         before = len(running.events)
         waiting = ctx.open(request(ctx, "Hello", max_tokens=2))
         await asyncio.sleep(2 * settle)
-        ctx.check.that(len(running.events) == before, "an open stream while paused", "stalled (no new message)",
-                       f"{len(running.events) - before} new messages")
+        ctx.check.that(
+            len(running.events) == before,
+            "an open stream while paused",
+            "stalled (no new message)",
+            f"{len(running.events) - before} new messages",
+        )
         deltas = [e for e in waiting.events if e.kind == "delta"]
-        ctx.check.that(not waiting.done.is_set() and not deltas, "a request sent while paused",
-                       "accepted and waiting (no tokens, not failed)", waiting.record.summary())
+        ctx.check.that(
+            not waiting.done.is_set() and not deltas,
+            "a request sent while paused",
+            "accepted and waiting (no tokens, not failed)",
+            waiting.record.summary(),
+        )
     finally:
         await ctx.rpc("resume_generation", ResumeGenerationRequest())
     ok(ctx, await waiting.finish(ctx.budgets.stream_s), "the request sent while paused, after resume")
     stalled = len(running.events)
     await running.read_until(lambda e: e.seq >= stalled, ctx.budgets.prompt_s)
-    ctx.check.that(len(running.events) > stalled, "the open stream after resume", "streaming again",
-                   running.record.summary())
+    ctx.check.that(
+        len(running.events) > stalled,
+        "the open stream after resume",
+        "streaming again",
+        running.record.summary(),
+    )
     await abort(ctx, running.record.request_id)
     await running.finish(ctx.budgets.release_s)
 

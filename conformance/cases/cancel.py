@@ -61,27 +61,43 @@ async def deadline_expires(ctx: Ctx) -> None:
     stream = ctx.open(long_request(ctx), deadline_s=deadline_s)
     record = await stream.finish(ctx.budgets.stream_s)
     if record.ended_ok and record.duration_s < deadline_s:
-        raise CaseSkipped(f"the longest generation the window allows finished in {record.duration_s:.2f}s, "
-                          f"before a {deadline_s:.2f}s deadline could expire")
+        raise CaseSkipped(
+            f"the longest generation the window allows finished in {record.duration_s:.2f}s, "
+            f"before a {deadline_s:.2f}s deadline could expire"
+        )
     expired = record.end is End.DEADLINE or (
-        record.end is End.STATUS and record.status in (Status.DEADLINE_EXCEEDED, Status.CANCELLED))
-    ctx.check.that(expired, f"a {deadline_s:.1f}s deadline on a long generation", "DEADLINE_EXCEEDED or CANCELLED",
-                   record.summary())
+        record.end is End.STATUS and record.status in (Status.DEADLINE_EXCEEDED, Status.CANCELLED)
+    )
+    ctx.check.that(
+        expired,
+        f"a {deadline_s:.1f}s deadline on a long generation",
+        "DEADLINE_EXCEEDED or CANCELLED",
+        record.summary(),
+    )
     await expect_released(ctx, baseline, "the deadline expired")
 
 
 @case("CANCEL-3", requires=("deterministic_greedy",))
 async def others_unaffected(ctx: Ctx) -> None:
     """Cancelling and aborting requests never disturbs a request running beside them."""
-    solo = ok(ctx, await ctx.generate(request(ctx, "The capital of France is", temperature=0.0,
-                                              max_tokens=ctx.tuning.max_tokens * 2)))
+    solo = ok(
+        ctx,
+        await ctx.generate(
+            request(ctx, "The capital of France is", temperature=0.0, max_tokens=ctx.tuning.max_tokens * 2)
+        ),
+    )
     victims = [ctx.open(long_request(ctx)), ctx.open(long_request(ctx))]
-    bystander = ctx.open(request(ctx, "The capital of France is", temperature=0.0, max_tokens=ctx.tuning.max_tokens * 2))
+    bystander = ctx.open(
+        request(ctx, "The capital of France is", temperature=0.0, max_tokens=ctx.tuning.max_tokens * 2)
+    )
     for victim in victims:
         await first_delta(ctx, victim)
     await ctx.cancel(victims[0])
     await abort(ctx, victims[1].record.request_id)
     record = ok(ctx, await bystander.finish(ctx.budgets.stream_s), "the request beside them")
-    ctx.check.equal("tokens of a request while others were cancelled and aborted", outputs_tokens(solo),
-                    outputs_tokens(record))
+    ctx.check.equal(
+        "tokens of a request while others were cancelled and aborted",
+        outputs_tokens(solo),
+        outputs_tokens(record),
+    )
     await victims[1].finish(ctx.budgets.release_s)

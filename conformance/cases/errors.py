@@ -29,7 +29,9 @@ def _invalid_case(entry: Invalid) -> None:
         record = await ctx.generate(entry.build(ctx.info, ctx.uid()))
         expect_rejected(ctx, record, entry.codes, f"Generate with {entry.label}")
 
-    rejected.__doc__ = f"Generate with {entry.label} fails with {'/'.join(c.name for c in entry.codes)}, no messages."
+    rejected.__doc__ = (
+        f"Generate with {entry.label} fails with {'/'.join(c.name for c in entry.codes)}, no messages."
+    )
 
 
 for _entry in INVALID:
@@ -39,6 +41,7 @@ for _entry in INVALID:
 @case("ERR-1", tag="generated")
 async def generated_invalid(ctx: Ctx) -> None:
     """Generated requests with one value out of range: INVALID_ARGUMENT and no messages, never UNKNOWN/INTERNAL."""
+
     async def body(drawn: tuple[GenerateRequest, str]) -> list[Mismatch]:
         req, label = drawn
         req = copy_request(req)
@@ -56,11 +59,16 @@ async def generated_invalid(ctx: Ctx) -> None:
 @case("ERR-1", tag="control", requires=("tokenize",))
 async def control_invalid(ctx: Ctx) -> None:
     """Tokenize without input and Detokenize with an id >= vocab_size are INVALID_ARGUMENT."""
-    for method, message in (("tokenize", TokenizeRequest()),
-                            ("detokenize", DetokenizeRequest(token_ids=[1, ctx.info.vocab_size]))):
+    for method, message in (
+        ("tokenize", TokenizeRequest()),
+        ("detokenize", DetokenizeRequest(token_ids=[1, ctx.info.vocab_size])),
+    ):
         outcome = await ctx.rpc_status(method, message)
-        ctx.check.equal(f"{method}({message!r}) status", Status.INVALID_ARGUMENT.name,
-                        outcome.status.name if outcome.status else "OK")
+        ctx.check.equal(
+            f"{method}({message!r}) status",
+            Status.INVALID_ARGUMENT.name,
+            outcome.status.name if outcome.status else "OK",
+        )
 
 
 @case("ERR-1", tag="embed", requires=("embed",))
@@ -68,9 +76,14 @@ async def embed_invalid(ctx: Ctx) -> None:
     """Embed with no texts, or a text longer than max_input_tokens, is INVALID_ARGUMENT."""
     limit = ctx.info.embedding.max_input_tokens if ctx.info.embedding else 512
     for label, texts in (("no texts", []), ("a text too long", ["word " * (limit + 16)])):
-        outcome = await ctx.rpc_status("embed", EmbedRequest(request_id=ctx.uid(), texts=texts), service="inference")
-        ctx.check.equal(f"Embed with {label}", Status.INVALID_ARGUMENT.name,
-                        outcome.status.name if outcome.status else "OK")
+        outcome = await ctx.rpc_status(
+            "embed", EmbedRequest(request_id=ctx.uid(), texts=texts), service="inference"
+        )
+        ctx.check.equal(
+            f"Embed with {label}",
+            Status.INVALID_ARGUMENT.name,
+            outcome.status.name if outcome.status else "OK",
+        )
 
 
 @case("ERR-3")
@@ -82,17 +95,26 @@ async def status_names_field(ctx: Ctx) -> None:
         message = record.status_message.lower()
         if record.end is not End.STATUS:
             continue  # the wrong code is ERR-1's and SAMPLE-5's failure, not this clause's
-        ctx.check.that(entry.field.lower() in message, f"status message for {entry.label}",
-                       f"names the field {entry.field!r}", record.status_message)
+        ctx.check.that(
+            entry.field.lower() in message,
+            f"status message for {entry.label}",
+            f"names the field {entry.field!r}",
+            record.status_message,
+        )
         if entry.value:
-            ctx.check.that(entry.value.lower() in message, f"status message for {entry.label}",
-                           f"names the value {entry.value!r}", record.status_message)
+            ctx.check.that(
+                entry.value.lower() in message,
+                f"status message for {entry.label}",
+                f"names the value {entry.value!r}",
+                record.status_message,
+            )
 
 
 async def _raw_unary(ctx: Ctx, path: str) -> str:
     try:
-        async with ctx.session.target.channel.request(path, Cardinality.UNARY_UNARY, RawMessage, RawMessage,
-                                                      timeout=ctx.budgets.rpc_s) as stream:
+        async with ctx.session.target.channel.request(
+            path, Cardinality.UNARY_UNARY, RawMessage, RawMessage, timeout=ctx.budgets.rpc_s
+        ) as stream:
             await stream.send_message(RawMessage(b""), end=True)
             await stream.recv_message()
             await stream.recv_trailing_metadata()
@@ -111,8 +133,11 @@ async def unknown_method(ctx: Ctx) -> None:
 @case("ERR-4", tag="service")
 async def unknown_service(ctx: Ctx) -> None:
     """A method of an unknown service is UNIMPLEMENTED."""
-    ctx.check.equal("call /lmrpc.v9.NoSuchService/Generate", Status.UNIMPLEMENTED.name,
-                    await _raw_unary(ctx, "/lmrpc.v9.NoSuchService/Generate"))
+    ctx.check.equal(
+        "call /lmrpc.v9.NoSuchService/Generate",
+        Status.UNIMPLEMENTED.name,
+        await _raw_unary(ctx, "/lmrpc.v9.NoSuchService/Generate"),
+    )
 
 
 @case("ERR-5")
@@ -136,18 +161,35 @@ async def duplicate_in_flight(ctx: Ctx) -> None:
         if duplicate.accepted:
             ended = await first.finish(ctx.budgets.release_s)
             finishes = [v.finish for v in ended.outputs().values()]
-            if ended.ended_ok and finishes and all(f is not None and f.reason == FinishReason.LENGTH for f in finishes):
+            if (
+                ended.ended_ok
+                and finishes
+                and all(f is not None and f.reason == FinishReason.LENGTH for f in finishes)
+            ):
                 ctx.note("the first request may have ended before its duplicate arrived; trying again")
                 continue  # the whole window was generated already: the id was free, nothing proven
-        expect_rejected(ctx, duplicate, (Status.ALREADY_EXISTS,), "Generate with the id of a request in flight")
+        expect_rejected(
+            ctx, duplicate, (Status.ALREADY_EXISTS,), "Generate with the id of a request in flight"
+        )
         await first.read_until(lambda e, seen=seen: e.seq >= seen, ctx.budgets.prompt_s)  # type: ignore[misc]
         unaffected = len(first.events) > seen and first.record.end in (End.OPEN, End.OK)
-        ctx.check.that(unaffected, "the request in flight after the duplicate", "still streaming",
-                       first.record.summary())
+        ctx.check.that(
+            unaffected, "the request in flight after the duplicate", "still streaming", first.record.summary()
+        )
         await ctx.cancel(first)
-        reused = await ctx.wait_for(lambda rid=rid: ctx.generate(request(ctx, request_id=rid, max_tokens=1)),  # type: ignore[misc]
-                                    lambda r: r.ended_ok, ctx.budgets.release_s, every_s=0.1)
-        ctx.check.that(reused[0], "Generate reusing the id after the first request ended", "accepted, status OK",
-                       status_of(reused[1]))
+        reused = await ctx.wait_for(
+            lambda rid=rid: ctx.generate(request(ctx, request_id=rid, max_tokens=1)),  # type: ignore[misc]
+            lambda r: r.ended_ok,
+            ctx.budgets.release_s,
+            every_s=0.1,
+        )
+        ctx.check.that(
+            reused[0],
+            "Generate reusing the id after the first request ended",
+            "accepted, status OK",
+            status_of(reused[1]),
+        )
         return
-    raise CaseSkipped("every long request finished before its duplicate arrived: REQ-3 could not be exercised")
+    raise CaseSkipped(
+        "every long request finished before its duplicate arrived: REQ-3 could not be exercised"
+    )

@@ -22,10 +22,16 @@ from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria
 async def explicit_zero_is_greedy(ctx: Ctx) -> None:
     """temperature=0 is greedy (never read as "unset"): different seeds give the same tokens."""
     seeds = (1, 2) if ctx.info.has("seeded_sampling") else (None, None)
-    runs = await asyncio.gather(*(ctx.generate(request(ctx, "Once upon a time", temperature=0.0, seed=s,
-                                                       ignore_eos=True)) for s in seeds))
+    runs = await asyncio.gather(
+        *(
+            ctx.generate(request(ctx, "Once upon a time", temperature=0.0, seed=s, ignore_eos=True))
+            for s in seeds
+        )
+    )
     a, b = (ok(ctx, r) for r in runs)
-    ctx.check.equal("tokens of temperature=0 requests with seeds 1 and 2", outputs_tokens(a), outputs_tokens(b))
+    ctx.check.equal(
+        "tokens of temperature=0 requests with seeds 1 and 2", outputs_tokens(a), outputs_tokens(b)
+    )
     defaults = ctx.info.model.defaults
     if defaults is not None and defaults.temperature == 0:
         ctx.note("the default temperature is 0 too, so 0-versus-unset confusion would be invisible here")
@@ -54,13 +60,21 @@ async def absent_equals_defaults(ctx: Ctx) -> None:
         explicit.frequency_penalty, explicit.presence_penalty = d.frequency_penalty, d.presence_penalty
         explicit.repetition_penalty = d.repetition_penalty
     stopping = StoppingCriteria(max_tokens=ctx.tuning.max_tokens, ignore_eos=True)
-    absent = GenerateRequest(request_id=ctx.uid("absent"), text="Once upon a time",
-                             sampling=SamplingParams(seed=11), stopping=stopping)
-    given = GenerateRequest(request_id=ctx.uid("explicit"), text="Once upon a time", sampling=explicit,
-                            stopping=stopping)
+    absent = GenerateRequest(
+        request_id=ctx.uid("absent"),
+        text="Once upon a time",
+        sampling=SamplingParams(seed=11),
+        stopping=stopping,
+    )
+    given = GenerateRequest(
+        request_id=ctx.uid("explicit"), text="Once upon a time", sampling=explicit, stopping=stopping
+    )
     a, b = (ok(ctx, r) for r in await asyncio.gather(ctx.generate(absent), ctx.generate(given)))
-    ctx.check.equal("tokens with options absent vs ModelInfo.defaults sent explicitly",
-                    outputs_tokens(a), outputs_tokens(b))
+    ctx.check.equal(
+        "tokens with options absent vs ModelInfo.defaults sent explicitly",
+        outputs_tokens(a),
+        outputs_tokens(b),
+    )
 
 
 def _repeat_case(clause: str, requirement: str) -> None:
@@ -86,7 +100,9 @@ def _repeat_case(clause: str, requirement: str) -> None:
             if not (a.ended_ok and b.ended_ok):
                 return [Mismatch("both runs", "status OK", f"{a.summary()} / {b.summary()}")]
             if outputs_tokens(a) != outputs_tokens(b):
-                return [Mismatch("tokens of a repeated request", repr(outputs_tokens(a)), repr(outputs_tokens(b)))]
+                return [
+                    Mismatch("tokens of a repeated request", repr(outputs_tokens(a)), repr(outputs_tokens(b)))
+                ]
             return []
 
         strategy = deterministic_requests(ctx.info, max_tokens=ctx.tuning.max_tokens)
@@ -101,17 +117,27 @@ _repeat_case("SAMPLE-3", "seeded_sampling")
 async def greedy_outputs_identical(ctx: Ctx) -> None:
     """The n outputs of a greedy request are identical."""
     n = min(ctx.info.caps.max_outputs, 4)
-    record = ok(ctx, await ctx.generate(request(ctx, "Once upon a time", temperature=0.0, n=n, ignore_eos=True)))
+    record = ok(
+        ctx, await ctx.generate(request(ctx, "Once upon a time", temperature=0.0, n=n, ignore_eos=True))
+    )
     tokens = outputs_tokens(record)
-    ctx.check.that(len(tokens) == n and all(t == tokens[0] for t in tokens), f"the {n} outputs of a greedy request",
-                   "identical", tokens)
+    ctx.check.that(
+        len(tokens) == n and all(t == tokens[0] for t in tokens),
+        f"the {n} outputs of a greedy request",
+        "identical",
+        tokens,
+    )
 
 
 @case("SAMPLE-3", tag="per-output", requires=("seeded_sampling", "max_outputs>=3"))
 async def output_streams_per_index(ctx: Ctx) -> None:
     """Output i samples from (seed, i): outputs 0 and 1 of n=3 equal those of n=2 with the same seed."""
-    runs = await asyncio.gather(*(ctx.generate(request(ctx, "Once upon a time", temperature=1.0, seed=99, n=n,
-                                                       ignore_eos=True)) for n in (2, 3)))
+    runs = await asyncio.gather(
+        *(
+            ctx.generate(request(ctx, "Once upon a time", temperature=1.0, seed=99, n=n, ignore_eos=True))
+            for n in (2, 3)
+        )
+    )
     two, three = (outputs_tokens(ok(ctx, r)) for r in runs)
     ctx.check.equal("outputs 0 and 1 of n=3 vs n=2 (same seed)", two, three[:2])
 
@@ -121,19 +147,39 @@ async def picked_seed_reproduces(ctx: Ctx) -> None:
     """Without a seed the server picks one, reports it, and sending it back reproduces the tokens."""
     first = ok(ctx, await ctx.generate(request(ctx, "Once upon a time", temperature=1.0, ignore_eos=True)))
     seed = first.prompt_info.seed if first.prompt_info else 0
-    again = ok(ctx, await ctx.generate(request(ctx, "Once upon a time", temperature=1.0, seed=seed, ignore_eos=True)))
-    ctx.check.equal(f"tokens with the reported seed {seed} sent back", outputs_tokens(first), outputs_tokens(again))
+    again = ok(
+        ctx, await ctx.generate(request(ctx, "Once upon a time", temperature=1.0, seed=seed, ignore_eos=True))
+    )
+    ctx.check.equal(
+        f"tokens with the reported seed {seed} sent back", outputs_tokens(first), outputs_tokens(again)
+    )
 
 
 @case("SAMPLE-6", requires=("seeded_sampling", "max_outputs>=2"))
 async def seeded_outputs_differ(ctx: Ctx) -> None:
     """With temperature > 0 and a seed the n outputs differ from each other."""
     n = min(ctx.info.caps.max_outputs, 4)
-    record = ok(ctx, await ctx.generate(request(ctx, "Write a story:", temperature=1.2, seed=3, n=n, ignore_eos=True,
-                                                max_tokens=max(ctx.tuning.max_tokens, 8))))
+    record = ok(
+        ctx,
+        await ctx.generate(
+            request(
+                ctx,
+                "Write a story:",
+                temperature=1.2,
+                seed=3,
+                n=n,
+                ignore_eos=True,
+                max_tokens=max(ctx.tuning.max_tokens, 8),
+            )
+        ),
+    )
     tokens = [tuple(t) for t in outputs_tokens(record)]
-    ctx.check.that(len(set(tokens)) == n, f"the {n} outputs of a seeded request at temperature 1.2",
-                   "pairwise different", tokens)
+    ctx.check.that(
+        len(set(tokens)) == n,
+        f"the {n} outputs of a seeded request at temperature 1.2",
+        "pairwise different",
+        tokens,
+    )
 
 
 @case("SAMPLE-7", requires=("truncation_sampling", "deterministic_greedy"))

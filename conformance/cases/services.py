@@ -27,12 +27,19 @@ LMRPC_SERVICES = ("lmrpc.v1.InferenceService", "lmrpc.v1.ControlService")
 @case("SVC-1")
 async def both_services_served(ctx: Ctx) -> None:
     """The mandatory RPCs of both services are served (none answers UNIMPLEMENTED)."""
-    for method, message in (("get_server_info", GetServerInfoRequest()), ("get_model_info", GetModelInfoRequest()),
-                            ("get_load", GetLoadRequest()),
-                            ("abort", AbortRequest(request_ids=RequestIds(ids=[ctx.uid("unknown")])))):
+    for method, message in (
+        ("get_server_info", GetServerInfoRequest()),
+        ("get_model_info", GetModelInfoRequest()),
+        ("get_load", GetLoadRequest()),
+        ("abort", AbortRequest(request_ids=RequestIds(ids=[ctx.uid("unknown")]))),
+    ):
         outcome = await ctx.rpc_status(method, message)
-        ctx.check.that(outcome.status is not Status.UNIMPLEMENTED, f"ControlService {method}", "served",
-                       f"UNIMPLEMENTED {outcome.message}")
+        ctx.check.that(
+            outcome.status is not Status.UNIMPLEMENTED,
+            f"ControlService {method}",
+            "served",
+            f"UNIMPLEMENTED {outcome.message}",
+        )
     ok(ctx, await ctx.generate(request(ctx, max_tokens=1)), "InferenceService Generate")
 
 
@@ -40,7 +47,9 @@ async def both_services_served(ctx: Ctx) -> None:
 async def health_served(ctx: Ctx) -> None:
     """grpc.health.v1.Health/Check is served."""
     try:
-        await HealthStub(ctx.session.target.channel).Check(HealthCheckRequest(service=""), timeout=ctx.budgets.rpc_s)
+        await HealthStub(ctx.session.target.channel).Check(
+            HealthCheckRequest(service=""), timeout=ctx.budgets.rpc_s
+        )
     except GRPCError as exc:
         ctx.check.add("grpc.health.v1.Health/Check", "served", f"{exc.status.name} {exc.message}")
 
@@ -59,7 +68,9 @@ def _reflection_case(version: str) -> None:
                 listed = await stream.recv_message()
                 names = {s.name for s in listed.list_services_response.service} if listed else set()
                 for wanted in LMRPC_SERVICES:
-                    ctx.check.that(wanted in names, f"{service} list_services", f"includes {wanted}", sorted(names))
+                    ctx.check.that(
+                        wanted in names, f"{service} list_services", f"includes {wanted}", sorted(names)
+                    )
                 for symbol in LMRPC_SERVICES:
                     await stream.send_message(pb2.ServerReflectionRequest(file_containing_symbol=symbol))
                     found = await stream.recv_message()
@@ -67,10 +78,14 @@ def _reflection_case(version: str) -> None:
                     for blob in found.file_descriptor_response.file_descriptor_proto if found else []:
                         fd = descriptor_pb2.FileDescriptorProto.FromString(blob)
                         services |= {f"{fd.package}.{s.name}" for s in fd.service}
-                    ctx.check.that(symbol in services, f"{service} file_containing_symbol({symbol})",
-                                   "a file descriptor defining it",
-                                   found.error_response.error_message if found and found.HasField("error_response")
-                                   else sorted(services))
+                    ctx.check.that(
+                        symbol in services,
+                        f"{service} file_containing_symbol({symbol})",
+                        "a file descriptor defining it",
+                        found.error_response.error_message
+                        if found and found.HasField("error_response")
+                        else sorted(services),
+                    )
                 await stream.end()
         except GRPCError as exc:
             ctx.check.add(service, "served", f"{exc.status.name} {exc.message}")
@@ -97,20 +112,32 @@ async def info_consistent(ctx: Ctx) -> None:
     model = info.model
     chk.that(model.vocab_size > 0, "ModelInfo.vocab_size", "> 0", model.vocab_size)
     chk.that(model.max_context_tokens > 0, "ModelInfo.max_context_tokens", "> 0", model.max_context_tokens)
-    chk.that(all(e < model.vocab_size for e in model.eos_token_ids), "ModelInfo.eos_token_ids", "each < vocab_size",
-             list(model.eos_token_ids))
+    chk.that(
+        all(e < model.vocab_size for e in model.eos_token_ids),
+        "ModelInfo.eos_token_ids",
+        "each < vocab_size",
+        list(model.eos_token_ids),
+    )
     chk.that(caps.max_outputs >= 1, "Capabilities.max_outputs", ">= 1", caps.max_outputs)
     d = model.defaults
     if chk.that(d is not None, "ModelInfo.defaults", "present", None) and d is not None:
-        for name, good in (("temperature", d.temperature >= 0 and math.isfinite(d.temperature)),
-                           ("top_p", _in(0, 1, d.top_p, lo_open=True)), ("min_p", _in(0, 1, d.min_p)),
-                           ("frequency_penalty", _in(-2, 2, d.frequency_penalty)),
-                           ("presence_penalty", _in(-2, 2, d.presence_penalty)),
-                           ("repetition_penalty", _in(0, 10, d.repetition_penalty, lo_open=True)),
-                           ("n", 1 <= d.n <= caps.max_outputs), ("max_tokens", d.max_tokens >= 1)):
+        for name, good in (
+            ("temperature", d.temperature >= 0 and math.isfinite(d.temperature)),
+            ("top_p", _in(0, 1, d.top_p, lo_open=True)),
+            ("min_p", _in(0, 1, d.min_p)),
+            ("frequency_penalty", _in(-2, 2, d.frequency_penalty)),
+            ("presence_penalty", _in(-2, 2, d.presence_penalty)),
+            ("repetition_penalty", _in(0, 10, d.repetition_penalty, lo_open=True)),
+            ("n", 1 <= d.n <= caps.max_outputs),
+            ("max_tokens", d.max_tokens >= 1),
+        ):
             chk.that(good, f"ModelInfo.defaults.{name}", "within the SAMPLE-5 range", getattr(d, name))
-    chk.that((info.embedding is not None) == caps.embed, "GetModelInfoResponse.embedding_model",
-             "present exactly when Capabilities.embed", f"embed={caps.embed}, embedding_model={info.embedding}")
+    chk.that(
+        (info.embedding is not None) == caps.embed,
+        "GetModelInfoResponse.embedding_model",
+        "present exactly when Capabilities.embed",
+        f"embed={caps.embed}, embedding_model={info.embedding}",
+    )
     if caps.chat_input:
         chk.that(model.has_chat_template, "ModelInfo.has_chat_template", "true (chat_input is)", False)
 
@@ -122,13 +149,18 @@ async def health_per_service(ctx: Ctx) -> None:
     for service in ("", *LMRPC_SERVICES):
         try:
             reply = await stub.Check(HealthCheckRequest(service=service), timeout=ctx.budgets.rpc_s)
-            ctx.check.equal(f"Health.Check({service!r})", "SERVING", HealthCheckResponse.ServingStatus.Name(reply.status))
+            ctx.check.equal(
+                f"Health.Check({service!r})", "SERVING", HealthCheckResponse.ServingStatus.Name(reply.status)
+            )
         except GRPCError as exc:
             ctx.check.add(f"Health.Check({service!r})", "SERVING", f"{exc.status.name} {exc.message}")
     try:
         reply = await stub.Check(HealthCheckRequest(service="no.such.Service"), timeout=ctx.budgets.rpc_s)
-        ctx.check.add("Health.Check('no.such.Service')", "NOT_FOUND",
-                      f"OK {HealthCheckResponse.ServingStatus.Name(reply.status)}")
+        ctx.check.add(
+            "Health.Check('no.such.Service')",
+            "NOT_FOUND",
+            f"OK {HealthCheckResponse.ServingStatus.Name(reply.status)}",
+        )
     except GRPCError as exc:
         ctx.check.equal("Health.Check('no.such.Service')", Status.NOT_FOUND.name, exc.status.name)
 
@@ -141,15 +173,20 @@ async def health_watch(ctx: Ctx) -> None:
         async with stub.Watch.open(timeout=ctx.budgets.rpc_s) as stream:
             await stream.send_message(HealthCheckRequest(service=""), end=True)
             first = await stream.recv_message()
-            ctx.check.equal("first Health.Watch('') message", "SERVING",
-                            HealthCheckResponse.ServingStatus.Name(first.status) if first else "no message")
+            ctx.check.equal(
+                "first Health.Watch('') message",
+                "SERVING",
+                HealthCheckResponse.ServingStatus.Name(first.status) if first else "no message",
+            )
             await stream.cancel()
 
 
 @case("LOAD-1", tag="idle", exclusive=True)
 async def load_idle(ctx: Ctx) -> None:
     """With nothing in flight every in-flight count of GetLoad is 0."""
-    _, load = await ctx.wait_for(ctx.load, lambda lo: not any(load_counts(lo).values()), ctx.budgets.release_s)
+    _, load = await ctx.wait_for(
+        ctx.load, lambda lo: not any(load_counts(lo).values()), ctx.budgets.release_s
+    )
     for name in ("active_requests", "running_sequences", "waiting_sequences", "kv_tokens_in_use"):
         ctx.check.equal(f"idle Load.{name}", 0, getattr(load, name))
 
@@ -161,6 +198,10 @@ async def load_counts_open_stream(ctx: Ctx) -> None:
     stream = ctx.open(long_request(ctx))
     await first_delta(ctx, stream)
     load = await ctx.load()
-    ctx.check.that(load.active_requests >= baseline.active_requests + 1, "Load.active_requests with a stream open",
-                   f">= {baseline.active_requests + 1}", load.active_requests)
+    ctx.check.that(
+        load.active_requests >= baseline.active_requests + 1,
+        "Load.active_requests with a stream open",
+        f">= {baseline.active_requests + 1}",
+        load.active_requests,
+    )
     await ctx.cancel(stream)

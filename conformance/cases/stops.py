@@ -48,9 +48,12 @@ async def learn(ctx: Ctx, prompt: Prompt = PROMPT, seed: int | None = None) -> O
     return ok(ctx, await ctx.generate(req)).outputs()[0]
 
 
-async def rerun(ctx: Ctx, prompt: Prompt = PROMPT, seed: int | None = None,
-                **kw: Any) -> tuple[StreamRecord, OutputView]:
-    record = ok(ctx, await ctx.generate(_pin(ctx, _prompted(ctx, prompt, max_tokens=_length(ctx), **kw), seed)))
+async def rerun(
+    ctx: Ctx, prompt: Prompt = PROMPT, seed: int | None = None, **kw: Any
+) -> tuple[StreamRecord, OutputView]:
+    record = ok(
+        ctx, await ctx.generate(_pin(ctx, _prompted(ctx, prompt, max_tokens=_length(ctx), **kw), seed))
+    )
     return record, record.outputs()[0]
 
 
@@ -62,7 +65,7 @@ def _sendable(text: str) -> bool:
 def pick_stop_string(text: str) -> tuple[str, int]:
     """A 2-character stop string from the middle of ``text`` and the index of its first occurrence."""
     for start in list(range(len(text) // 2, len(text) - 1)) + list(range(1, len(text) // 2)):
-        candidate = text[start:start + 2]
+        candidate = text[start : start + 2]
         if candidate.strip() and _sendable(candidate) and text.find(candidate) >= 1:
             return candidate, text.find(candidate)
     raise CaseSkipped(f"no usable stop string in the learned output {text!r}")
@@ -86,7 +89,9 @@ async def stop_string_hidden(ctx: Ctx) -> None:
     learned = await learn(ctx)
     stop, _ = pick_stop_string(learned.text)
     _, view = await rerun(ctx, stop_strings=[stop], ignore_eos=True)
-    ctx.check.that(stop not in view.text, f"text of an output stopped by {stop!r}", f"without {stop!r}", view.text)
+    ctx.check.that(
+        stop not in view.text, f"text of an output stopped by {stop!r}", f"without {stop!r}", view.text
+    )
 
 
 @case("STOP-1", tag="include", requires=("stop_strings", DETERMINISTIC))
@@ -95,8 +100,12 @@ async def stop_string_included(ctx: Ctx) -> None:
     learned = await learn(ctx)
     stop, _ = pick_stop_string(learned.text)
     _, view = await rerun(ctx, stop_strings=[stop], ignore_eos=True, include_stop=True)
-    ctx.check.that(view.text.endswith(stop), f"text of an output stopped by {stop!r} (included)",
-                   f"ending with {stop!r}", view.text)
+    ctx.check.that(
+        view.text.endswith(stop),
+        f"text of an output stopped by {stop!r} (included)",
+        f"ending with {stop!r}",
+        view.text,
+    )
 
 
 @case("STOP-1", tag="stop-token", requires=("stop_token_ids", "tokenize", DETERMINISTIC))
@@ -104,11 +113,12 @@ async def stop_token_hidden(ctx: Ctx) -> None:
     """The matched stop token's text is not in the output text; its id is (token ids are never removed)."""
     learned = await learn(ctx)
     token, k = pick_stop_token(learned.token_ids, ctx.info.eos_ids)
-    _, view = await rerun(ctx, stop_token_ids=[token], ignore_eos=True,
-                          response=ResponseOptions(skip_special_tokens=False))
+    _, view = await rerun(
+        ctx, stop_token_ids=[token], ignore_eos=True, response=ResponseOptions(skip_special_tokens=False)
+    )
     want = await ctx.detokenize(learned.token_ids[:k], False)
     ctx.check.equal(f"text of an output stopped by token {token}", want, view.text)
-    ctx.check.equal("its token ids (the stop token included)", learned.token_ids[:k + 1], view.token_ids)
+    ctx.check.equal("its token ids (the stop token included)", learned.token_ids[: k + 1], view.token_ids)
 
 
 @case("STOP-2", requires=("stop_strings", DETERMINISTIC))
@@ -122,12 +132,20 @@ async def earliest_stop_string(ctx: Ctx) -> None:
     stop = _stop(view)
     ctx.check.equal("StopMatch.stop_string (the earliest match)", early, stop.stop_string if stop else None)
     ids = view.token_ids
-    ctx.check.equal("token ids up to the earliest match", learned.token_ids[:len(ids)], ids)
-    ctx.check.that(len(ids) < len(learned.token_ids), "the output", f"stopped before the end at {early!r}",
-                   f"{len(ids)} of {len(learned.token_ids)} tokens")
+    ctx.check.equal("token ids up to the earliest match", learned.token_ids[: len(ids)], ids)
+    ctx.check.that(
+        len(ids) < len(learned.token_ids),
+        "the output",
+        f"stopped before the end at {early!r}",
+        f"{len(ids)} of {len(learned.token_ids)} tokens",
+    )
     before = view.text.removesuffix(early)
-    ctx.check.that(early not in before and late not in before, "text before the match",
-                   f"contains neither {early!r} nor {late!r}", before)
+    ctx.check.that(
+        early not in before and late not in before,
+        "text before the match",
+        f"contains neither {early!r} nor {late!r}",
+        before,
+    )
 
 
 @case("STOP-3", requires=("stop_token_ids", DETERMINISTIC))
@@ -137,7 +155,7 @@ async def stop_token_ends(ctx: Ctx) -> None:
     token, k = pick_stop_token(learned.token_ids, ctx.info.eos_ids)
     _, view = await rerun(ctx, stop_token_ids=[token], ignore_eos=True)
     stop = _stop(view)
-    ctx.check.equal("token ids of an output with a stop token", learned.token_ids[:k + 1], view.token_ids)
+    ctx.check.equal("token ids of an output with a stop token", learned.token_ids[: k + 1], view.token_ids)
     ctx.check.equal("StopMatch.stop_token_id", token, stop.stop_token_id if stop else None)
 
 
@@ -153,8 +171,11 @@ async def _search_eos(ctx: Ctx) -> EosRun | str:
     eos = set(ctx.info.eos_ids)
     prompts: list[Prompt] = ["Say hi.", "Emoji test 🙂🚀", PROMPT]
     if ctx.info.has("chat_input"):  # an instruct model ends its turn with an EOS token soon
-        prompts = [ChatInput(messages=[ChatMessage("user", "Say hi.")]),
-                   ChatInput(messages=[ChatMessage("user", "Answer with one word: yes or no?")]), *prompts]
+        prompts = [
+            ChatInput(messages=[ChatMessage("user", "Say hi.")]),
+            ChatInput(messages=[ChatMessage("user", "Answer with one word: yes or no?")]),
+            *prompts,
+        ]
     seeds: list[int | None] = [None] if ctx.info.has("deterministic_greedy") else []
     seeds += list(range(1, 5)) if ctx.info.has("seeded_sampling") else []
     tried = 0
@@ -171,6 +192,7 @@ async def _search_eos(ctx: Ctx) -> EosRun | str:
 async def find_eos(ctx: Ctx) -> EosRun:
     """A prompt whose reproducible output contains an EOS token, and its first position (searched once per
     run, for every case that needs one); else SKIP."""
+
     async def search() -> EosRun | str:
         own = Ctx(ctx.session, "eos-search", {})
         try:
@@ -191,12 +213,16 @@ async def eos_ends(ctx: Ctx) -> None:
     learned, k = run.learned, run.position
     _, view = await rerun(ctx, run.prompt, run.seed, response=ResponseOptions(skip_special_tokens=False))
     stop = _stop(view)
-    ctx.check.equal("token ids up to the first EOS", learned.token_ids[:k + 1], view.token_ids)
+    ctx.check.equal("token ids up to the first EOS", learned.token_ids[: k + 1], view.token_ids)
     ctx.check.equal("StopMatch.eos_token_id", learned.token_ids[k], stop.eos_token_id if stop else None)
     eos_text = await ctx.detokenize([learned.token_ids[k]], False) if ctx.info.has("tokenize") else ""
     if eos_text:
-        ctx.check.that(eos_text not in view.text, "text of an output ended by EOS (STOP-1)", f"without {eos_text!r}",
-                       view.text)
+        ctx.check.that(
+            eos_text not in view.text,
+            "text of an output ended by EOS (STOP-1)",
+            f"without {eos_text!r}",
+            view.text,
+        )
 
 
 @case("STOP-4", tag="ignore_eos", requires=(DETERMINISTIC,))
@@ -204,10 +230,14 @@ async def ignore_eos_continues(ctx: Ctx) -> None:
     """With ignore_eos an EOS token never ends an output."""
     run = await find_eos(ctx)
     learned, k = run.learned, run.position
-    ctx.check.that(len(learned.token_ids) == _length(ctx) and learned.finish is not None
-                   and learned.finish.reason == FinishReason.LENGTH,
-                   f"an ignore_eos output with an EOS at position {k}", f"LENGTH after {_length(ctx)} tokens",
-                   f"{learned.finish.reason.name if learned.finish else '-'} after {len(learned.token_ids)}")
+    ctx.check.that(
+        len(learned.token_ids) == _length(ctx)
+        and learned.finish is not None
+        and learned.finish.reason == FinishReason.LENGTH,
+        f"an ignore_eos output with an EOS at position {k}",
+        f"LENGTH after {_length(ctx)} tokens",
+        f"{learned.finish.reason.name if learned.finish else '-'} after {len(learned.token_ids)}",
+    )
 
 
 @case("FINISH-5", tag="stop-token-is-eos", requires=("stop_token_ids", DETERMINISTIC))
@@ -217,8 +247,12 @@ async def stop_token_wins_over_eos(ctx: Ctx) -> None:
     token = run.learned.token_ids[run.position]
     _, view = await rerun(ctx, run.prompt, run.seed, stop_token_ids=[token])
     stop = _stop(view)
-    ctx.check.that(stop is not None and stop.stop_token_id == token, "StopMatch of an EOS that is also a stop token",
-                   f"stop_token_id={token}", stop)
+    ctx.check.that(
+        stop is not None and stop.stop_token_id == token,
+        "StopMatch of an EOS that is also a stop token",
+        f"stop_token_id={token}",
+        stop,
+    )
 
 
 @case("STOP-5", requires=("stop_token_ids", DETERMINISTIC))
@@ -228,8 +262,12 @@ async def min_tokens_first(ctx: Ctx) -> None:
     token, k = pick_stop_token(learned.token_ids, ctx.info.eos_ids)
     minimum = min(k + 3, _length(ctx))
     _, view = await rerun(ctx, stop_token_ids=[token], min_tokens=minimum, ignore_eos=True)
-    ctx.check.that(len(view.token_ids) >= minimum, f"tokens of an output with min_tokens={minimum} and a stop token at {k}",
-                   f">= {minimum}", len(view.token_ids))
+    ctx.check.that(
+        len(view.token_ids) >= minimum,
+        f"tokens of an output with min_tokens={minimum} and a stop token at {k}",
+        f">= {minimum}",
+        len(view.token_ids),
+    )
 
 
 @case("FINISH-6", tag="ignore_eos")
@@ -239,7 +277,11 @@ async def length_after_max_tokens(ctx: Ctx) -> None:
     record = ok(ctx, await ctx.generate(request(ctx, PROMPT, ignore_eos=True, n=n, temperature=1.0)))
     for view in record.outputs().values():
         finish = view.finish
-        ctx.check.that(finish is not None and finish.reason == FinishReason.LENGTH
-                       and finish.completion_tokens == ctx.tuning.max_tokens,
-                       f"output {view.index}", f"LENGTH after max_tokens={ctx.tuning.max_tokens}",
-                       f"{finish.reason.name} after {finish.completion_tokens}" if finish else "no finish")
+        ctx.check.that(
+            finish is not None
+            and finish.reason == FinishReason.LENGTH
+            and finish.completion_tokens == ctx.tuning.max_tokens,
+            f"output {view.index}",
+            f"LENGTH after max_tokens={ctx.tuning.max_tokens}",
+            f"{finish.reason.name} after {finish.completion_tokens}" if finish else "no finish",
+        )

@@ -16,8 +16,12 @@ from conformance.streams import StreamRecord
 from conformance.validate import STREAM_CLAUSES, gather_facts, validate
 from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams
 
-POOL_REQUIRES = {"STREAM-4": ("tokenize",), "STREAM-7": ("logprobs",), "STREAM-8": ("final_only",),
-                 "TOK-1": ("tokenize",)}
+POOL_REQUIRES = {
+    "STREAM-4": ("tokenize",),
+    "STREAM-7": ("logprobs",),
+    "STREAM-8": ("final_only",),
+    "TOK-1": ("tokenize",),
+}
 
 
 def _pool_case(clause: str) -> None:
@@ -34,13 +38,20 @@ for _clause in STREAM_CLAUSES:
 
 
 def _outcome(record: StreamRecord) -> list[tuple[list[int], str, str]]:
-    return [(v.token_ids, v.text, v.finish.reason.name if v.finish else "-") for v in record.outputs().values()]
+    return [
+        (v.token_ids, v.text, v.finish.reason.name if v.finish else "-") for v in record.outputs().values()
+    ]
 
 
 def _final_only_equal(kind: str) -> None:
-    @case("STREAM-8", tag=kind, requires=("final_only", "deterministic_greedy" if kind == "greedy" else "seeded_sampling"))
+    @case(
+        "STREAM-8",
+        tag=kind,
+        requires=("final_only", "deterministic_greedy" if kind == "greedy" else "seeded_sampling"),
+    )
     async def equal(ctx: Ctx) -> None:
         """A final_only request gives exactly the streamed request's outputs (greedy or seeded)."""
+
         async def body(req: GenerateRequest) -> list[Mismatch]:
             req = copy_request(req)
             sampling = req.sampling or SamplingParams()
@@ -61,7 +72,9 @@ def _final_only_equal(kind: str) -> None:
             if not (a.ended_ok and b.ended_ok):
                 return [Mismatch("both calls", "status OK", f"{a.summary()} / {b.summary()}")]
             if _outcome(a) != _outcome(b):
-                return [Mismatch("final_only outputs (ids, text, reason)", repr(_outcome(a)), repr(_outcome(b)))]
+                return [
+                    Mismatch("final_only outputs (ids, text, reason)", repr(_outcome(a)), repr(_outcome(b)))
+                ]
             return []
 
         strategy = deterministic_requests(ctx.info, max_tokens=ctx.tuning.max_tokens)
@@ -75,11 +88,23 @@ _final_only_equal("seeded")
 @case("STREAM-5", tag="multibyte", requires=("tokenize",))
 async def multibyte_text(ctx: Ctx) -> None:
     """Prompts in scripts with multi-byte characters: every text delta is well-formed UTF-8."""
-    prompts = ["日本語で長い文章を書いてください。", "🙂🚀🎉 emoji story:", "Ελληνικά: γράψε μια ιστορία", "한국어로 대답해 주세요"]
+    prompts = [
+        "日本語で長い文章を書いてください。",
+        "🙂🚀🎉 emoji story:",
+        "Ελληνικά: γράψε μια ιστορία",
+        "한국어로 대답해 주세요",
+    ]
     seeded = ctx.info.has("seeded_sampling")
-    records = await asyncio.gather(*(ctx.generate(request(ctx, p, temperature=1.0, seed=i if seeded else None,
-                                                          max_tokens=ctx.tuning.max_tokens * 2))
-                                     for i, p in enumerate(prompts)))
+    records = await asyncio.gather(
+        *(
+            ctx.generate(
+                request(
+                    ctx, p, temperature=1.0, seed=i if seeded else None, max_tokens=ctx.tuning.max_tokens * 2
+                )
+            )
+            for i, p in enumerate(prompts)
+        )
+    )
     for record in records:
         ctx.check.extend(validate(ok(ctx, record), await gather_facts(ctx, record), ["STREAM-5"]))
 
@@ -87,19 +112,35 @@ async def multibyte_text(ctx: Ctx) -> None:
 @case("STREAM-6", tag="concurrent", requires=("deterministic_greedy",))
 async def no_cross_talk(ctx: Ctx) -> None:
     """Greedy requests run concurrently give exactly what each gives alone: no event crosses streams."""
-    prompts = ["Hello", "The capital of France is", "def add(a, b):", "1, 2, 3,", "Once upon a time", "Réponds :"]
+    prompts = [
+        "Hello",
+        "The capital of France is",
+        "def add(a, b):",
+        "1, 2, 3,",
+        "Once upon a time",
+        "Réponds :",
+    ]
     alone = [ok(ctx, await ctx.generate(request(ctx, p, temperature=0.0))) for p in prompts[:3]]
-    together = await asyncio.gather(*(ctx.generate(request(ctx, p, temperature=0.0, n=2 if i % 2 else None))
-                                      for i, p in enumerate(prompts)))
+    together = await asyncio.gather(
+        *(
+            ctx.generate(request(ctx, p, temperature=0.0, n=2 if i % 2 else None))
+            for i, p in enumerate(prompts)
+        )
+    )
     for i, record in enumerate(together[:3]):
         ok(ctx, record)
         want = alone[i].outputs()[0].token_ids
         for view in record.outputs().values():
-            ctx.check.equal(f"tokens of {prompts[i]!r} (output {view.index}) run concurrently vs alone",
-                            want, view.token_ids)
+            ctx.check.equal(
+                f"tokens of {prompts[i]!r} (output {view.index}) run concurrently vs alone",
+                want,
+                view.token_ids,
+            )
     ids = {r.request_id for r in together}
     for record in together:
-        ctx.check.extend(validate(record, await gather_facts(ctx, record, ids - {record.request_id}), ["STREAM-6"]))
+        ctx.check.extend(
+            validate(record, await gather_facts(ctx, record, ids - {record.request_id}), ["STREAM-6"])
+        )
 
 
 @case("REQ-2", tag="server-assigned")
@@ -110,11 +151,14 @@ async def server_assigned_ids(ctx: Ctx) -> None:
         await accepted(ctx, stream)
     assigned = [s.events[0].message.request_id for s in streams]
     ctx.check.that(all(assigned), "server-assigned request ids", "non-empty", assigned)
-    ctx.check.that(len(set(assigned)) == len(assigned), "ids of 3 requests in flight together", "distinct", assigned)
+    ctx.check.that(
+        len(set(assigned)) == len(assigned), "ids of 3 requests in flight together", "distinct", assigned
+    )
     for stream in streams:
         for _ in range(3):
             await stream.next(ctx.budgets.prompt_s)
         await ctx.cancel(stream)
         seen = sorted({e.message.request_id for e in stream.events})
-        ctx.check.that(len(seen) == 1 and seen[0] != "", "ids on one stream", "one non-empty id on every message",
-                       seen)
+        ctx.check.that(
+            len(seen) == 1 and seen[0] != "", "ids on one stream", "one non-empty id on every message", seen
+        )

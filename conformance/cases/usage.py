@@ -15,23 +15,34 @@ from conformance.context import Ctx
 from conformance.registry import case
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 
-TEXTS = ("Hello", "The quick brown fox jumps over the lazy dog.", "日本語のテキスト", "🙂 emoji 🚀", "  spaces  ")
-LONG_PROMPT = ("In the beginning the universe was created. This has made a lot of people very angry and been "
-               "widely regarded as a bad move. Many were increasingly of the opinion that they had all made a big "
-               "mistake in coming down from the trees in the first place.")
+TEXTS = (
+    "Hello",
+    "The quick brown fox jumps over the lazy dog.",
+    "日本語のテキスト",
+    "🙂 emoji 🚀",
+    "  spaces  ",
+)
+LONG_PROMPT = (
+    "In the beginning the universe was created. This has made a lot of people very angry and been "
+    "widely regarded as a bad move. Many were increasingly of the opinion that they had all made a big "
+    "mistake in coming down from the trees in the first place."
+)
 
 
 @case("USAGE-2", tag="tokenize", requires=("tokenize",))
 async def prompt_tokens_match_tokenize(ctx: Ctx) -> None:
     """prompt_tokens equals the number of ids Tokenize returns for the same text, once whatever n is."""
     n = min(ctx.info.caps.max_outputs, 3)
-    records = await asyncio.gather(*(ctx.generate(request(ctx, t, max_tokens=1, n=n if i % 2 else None))
-                                     for i, t in enumerate(TEXTS)))
+    records = await asyncio.gather(
+        *(ctx.generate(request(ctx, t, max_tokens=1, n=n if i % 2 else None)) for i, t in enumerate(TEXTS))
+    )
     for text, record in zip(TEXTS, records, strict=True):
         ok(ctx, record)
         want = len(await ctx.tokenize(text))
         usage = record.usage
-        ctx.check.equal(f"Usage.prompt_tokens for {text!r} (n={record.n})", want, usage.prompt_tokens if usage else None)
+        ctx.check.equal(
+            f"Usage.prompt_tokens for {text!r} (n={record.n})", want, usage.prompt_tokens if usage else None
+        )
 
 
 def _prefix_case(tag: str, text: str) -> None:
@@ -44,11 +55,16 @@ def _prefix_case(tag: str, text: str) -> None:
         prompt = usage.prompt_tokens if usage else 0
         if prompt < 2:
             raise CaseSkipped(f"the prompt {text!r} is {prompt} token(s); the clause needs at least 2")
-        ctx.check.that(usage is not None and usage.cached_prompt_tokens > 0,
-                       f"cached_prompt_tokens of a repeated {prompt}-token prompt", "> 0",
-                       usage.cached_prompt_tokens if usage else None)
+        ctx.check.that(
+            usage is not None and usage.cached_prompt_tokens > 0,
+            f"cached_prompt_tokens of a repeated {prompt}-token prompt",
+            "> 0",
+            usage.cached_prompt_tokens if usage else None,
+        )
         if ctx.info.has("deterministic_greedy"):
-            ctx.check.equal("tokens of the repeated greedy request", outputs_tokens(first), outputs_tokens(again))
+            ctx.check.equal(
+                "tokens of the repeated greedy request", outputs_tokens(first), outputs_tokens(again)
+            )
 
     cached.__doc__ = f"A repeated {tag} prompt is served from the prefix cache (cached_prompt_tokens > 0)."
 
@@ -57,7 +73,9 @@ _prefix_case("long", LONG_PROMPT)
 _prefix_case("short", "Hi there")
 
 
-@case("N-1", variants=[{"n": 2, "_requires": ("max_outputs>=2",)}, {"n": 4, "_requires": ("max_outputs>=4",)}])
+@case(
+    "N-1", variants=[{"n": 2, "_requires": ("max_outputs>=2",)}, {"n": 4, "_requires": ("max_outputs>=4",)}]
+)
 async def n_outputs(ctx: Ctx) -> None:
     """An n-output request yields deltas and exactly one OutputFinished for each index 0..n-1, and no others."""
     n = int(ctx.params["n"])
@@ -72,8 +90,9 @@ async def n_outputs(ctx: Ctx) -> None:
 async def _prefill_s(ctx: Ctx, tokens: int, first_id: int) -> float:
     """Seconds a ``tokens``-long prompt takes to its first (only) token; distinct ids defeat prefix caching."""
     ids = [first_id + i % 512 for i in range(tokens)]
-    req = GenerateRequest(request_id=ctx.uid("prefill"), token_ids=TokenIds(ids=ids),
-                          stopping=StoppingCriteria(max_tokens=1))
+    req = GenerateRequest(
+        request_id=ctx.uid("prefill"), token_ids=TokenIds(ids=ids), stopping=StoppingCriteria(max_tokens=1)
+    )
     started = time.monotonic()
     ok(ctx, await ctx.generate(req, total_s=2 * ctx.budgets.stream_s), f"a {tokens}-token prompt")
     return time.monotonic() - started
@@ -95,12 +114,18 @@ async def default_max_tokens_lowered(ctx: Ctx) -> None:
         growth = 2 ** max(1.0, math.log2(max(t4, 1e-3) / max(t8, 1e-3)))
         predicted = 2 * t4 * growth**2  # growth per doubling only rises with length: keep a margin of 2
     if predicted > budget:
-        raise CaseSkipped(f"a {window - 2}-token prompt would take ~{predicted:.0f}s to prefill here "
-                          f"(1/8 window: {t8:.1f}s); --time-scale {predicted / budget * ctx.budgets.scale:.1f} "
-                          f"or more includes this case")
+        raise CaseSkipped(
+            f"a {window - 2}-token prompt would take ~{predicted:.0f}s to prefill here "
+            f"(1/8 window: {t8:.1f}s); --time-scale {predicted / budget * ctx.budgets.scale:.1f} "
+            f"or more includes this case"
+        )
     prompt = [low + 100 + i % 512 for i in range(window - 2)]
-    req = GenerateRequest(request_id=ctx.uid(), token_ids=TokenIds(ids=prompt), sampling=SamplingParams(temperature=0.0))
-    record = ok(ctx, await ctx.generate(req, total_s=budget), f"a {window - 2}-token prompt without max_tokens")
+    req = GenerateRequest(
+        request_id=ctx.uid(), token_ids=TokenIds(ids=prompt), sampling=SamplingParams(temperature=0.0)
+    )
+    record = ok(
+        ctx, await ctx.generate(req, total_s=budget), f"a {window - 2}-token prompt without max_tokens"
+    )
     generated = len(record.outputs()[0].token_ids) if 0 in record.outputs() else 0
     ctx.check.that(generated <= 2, "tokens generated", "<= 2 (what the window leaves)", generated)
 
@@ -114,6 +139,12 @@ async def never_fits(ctx: Ctx) -> None:
     need = prompt + n * (window - prompt)
     if not total or need <= total:
         raise CaseSkipped(f"every request fits: n={n} x window={window} needs {need} of {total} KV slots")
-    req = GenerateRequest(request_id=ctx.uid(), token_ids=TokenIds(ids=[1] * prompt), sampling=SamplingParams(n=n),
-                          stopping=StoppingCriteria(max_tokens=window - prompt, ignore_eos=True))
-    expect_rejected(ctx, await ctx.generate(req), (Status.RESOURCE_EXHAUSTED,), f"n={n} outputs of {window} tokens")
+    req = GenerateRequest(
+        request_id=ctx.uid(),
+        token_ids=TokenIds(ids=[1] * prompt),
+        sampling=SamplingParams(n=n),
+        stopping=StoppingCriteria(max_tokens=window - prompt, ignore_eos=True),
+    )
+    expect_rejected(
+        ctx, await ctx.generate(req), (Status.RESOURCE_EXHAUSTED,), f"n={n} outputs of {window} tokens"
+    )

@@ -118,7 +118,9 @@ def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBas
             rid = self._pick(data)
             self.steps.append(f"abort({rid!r})")
             self.aborted.add(rid)
-            with contextlib.suppress(GRPCError):  # how Abort answers is ABORT-1's business, not this machine's
+            with contextlib.suppress(
+                GRPCError
+            ):  # how Abort answers is ABORT-1's business, not this machine's
                 ctx.block(ctx.rpc("abort", AbortRequest(request_ids=RequestIds(ids=[rid]))), wait)
 
         @precondition(lambda self: bool(self.streams))
@@ -143,7 +145,10 @@ def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBas
             for rid, stream in self.streams.items():
                 foreign = {e.message.request_id for e in stream.events} - {rid, ""}
                 if foreign:
-                    self._fail("STREAM-6", [Mismatch(f"request ids on stream {rid!r}", repr(rid), repr(sorted(foreign)))])
+                    self._fail(
+                        "STREAM-6",
+                        [Mismatch(f"request ids on stream {rid!r}", repr(rid), repr(sorted(foreign)))],
+                    )
 
         def teardown(self) -> None:
             for rid, stream in self.streams.items():
@@ -151,10 +156,16 @@ def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBas
                     self.aborted.add(rid)
                     with contextlib.suppress(GRPCError):
                         ctx.block(ctx.rpc("abort", AbortRequest(request_ids=RequestIds(ids=[rid]))), wait)
+
             async def finish_all() -> list[StreamRecord]:  # side by side: an aborted request ends promptly
-                return list(await asyncio.gather(*(
-                    s.finish(ctx.budgets.release_s if rid in self.aborted else ctx.budgets.stream_s)
-                    for rid, s in self.streams.items())))
+                return list(
+                    await asyncio.gather(
+                        *(
+                            s.finish(ctx.budgets.release_s if rid in self.aborted else ctx.budgets.stream_s)
+                            for rid, s in self.streams.items()
+                        )
+                    )
+                )
 
             records = dict(zip(self.streams, ctx.block(finish_all(), ctx.budgets.stream_s * 2), strict=True))
             self.steps.append("teardown()")
@@ -163,7 +174,10 @@ def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBas
             for rid, record in records.items():
                 if rid in self.cancelled and record.end in (End.CANCELLED, End.DEADLINE):
                     continue
-                for clause, validators in (("FINISH-1", ("FINISH-1", "FINISH-3")), ("USAGE-3", ("USAGE-3", "USAGE-5"))):
+                for clause, validators in (
+                    ("FINISH-1", ("FINISH-1", "FINISH-3")),
+                    ("USAGE-3", ("USAGE-3", "USAGE-5")),
+                ):
                     if clause in asserted:
                         found = [m for v in validators for m in VALIDATORS[v](record, facts)]
                         if record.end is End.HUNG and clause == "FINISH-1" and not found:

@@ -39,13 +39,16 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
     verdicts: dict[str, Judgement] = {}
     total_programs = total_steps = 0
     budget = 5.0 * session.budgets.scale
-    config = profile(session.profile, session.tuning.machine_examples,
-                     stateful_step_count=session.tuning.machine_steps)
+    config = profile(
+        session.profile, session.tuning.machine_examples, stateful_step_count=session.tuning.machine_steps
+    )
     try:
         while remaining:
             machine = build_machine(ctx, set(remaining), budget)
 
-            def search(machine: Any = machine) -> tuple[tuple[str, list[Mismatch], list[str], int] | None, str]:
+            def search(
+                machine: Any = machine,
+            ) -> tuple[tuple[str, list[Mismatch], list[str], int] | None, str]:
                 with _LOCK:
                     try:
                         run_state_machine_as_test(machine, settings=config)
@@ -56,7 +59,9 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
                     except Flaky:  # failed, then passed on replay: still a failure, reported as seen
                         if not machine.failures:
                             raise
-                        return machine.failures[-1], "(intermittent: the failing program passed when replayed)"
+                        return machine.failures[
+                            -1
+                        ], "(intermittent: the failing program passed when replayed)"
                 return None, ""
 
             failure, shown = await asyncio.to_thread(search)
@@ -68,9 +73,16 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
                 break
             clause, mismatches, steps, first_call = failure
             target = str(session.target.endpoint)
-            shown = shown if shown.startswith("Failing test case") else "\n".join(filter(None, [shown, describe(steps)]))
-            repro = Repro(kind="steps", example=shown,
-                          script=script(f"{clause}[stateful]", target, ctx.transcript[first_call:]))
+            shown = (
+                shown
+                if shown.startswith("Failing test case")
+                else "\n".join(filter(None, [shown, describe(steps)]))
+            )
+            repro = Repro(
+                kind="steps",
+                example=shown,
+                script=script(f"{clause}[stateful]", target, ctx.transcript[first_call:]),
+            )
             verdicts[clause] = Judgement(False, mismatches, repro)
             remaining.discard(clause)
     finally:
@@ -92,8 +104,10 @@ def _machine_case(clause: str) -> None:
             ctx.repro = judgement.repro
             raise CaseFailed(judgement.mismatches)
 
-    stateful.__doc__ = (f"Random interleavings of start/read/abort/cancel/deadline/health across concurrent "
-                        f"requests keep the {clause} invariant.")
+    stateful.__doc__ = (
+        f"Random interleavings of start/read/abort/cancel/deadline/health across concurrent "
+        f"requests keep the {clause} invariant."
+    )
 
 
 for _clause in INVARIANTS:

@@ -18,13 +18,26 @@ from conformance.report.model import RunReport, badge
 from conformance.results import CaseResult, Verdict
 from conformance.runner import Progress as RunProgress
 
-STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.SKIP: "yellow", Verdict.NOT_RUN: "dim",
-         Verdict.XFAIL: "magenta", Verdict.ERROR: "bold red"}
+STYLE = {
+    Verdict.PASS: "green",
+    Verdict.FAIL: "bold red",
+    Verdict.SKIP: "yellow",
+    Verdict.NOT_RUN: "dim",
+    Verdict.XFAIL: "magenta",
+    Verdict.ERROR: "bold red",
+}
 
 
 def progress_bar(console: Console, total: int) -> tuple[Progress, RunProgress]:
-    bar = Progress(TextColumn("[bold]conformance"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.description}"), console=console, transient=True)
+    bar = Progress(
+        TextColumn("[bold]conformance"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        transient=True,
+    )
     task = bar.add_task("", total=total)
     failures = [0]
 
@@ -55,8 +68,13 @@ def render(console: Console, report: RunReport, *, verbose: bool = False, quiet:
             if r.verdict is Verdict.NOT_RUN and not verbose and r.reason.startswith("not run"):
                 continue
             detail = r.baseline_reason if r.verdict is Verdict.XFAIL else r.reason
-            table.add_row(escape(r.case_id), r.level, f"[{STYLE[r.verdict]}]{r.verdict.value}",
-                          f"{r.duration_s:.2f}s", escape(detail))
+            table.add_row(
+                escape(r.case_id),
+                r.level,
+                f"[{STYLE[r.verdict]}]{r.verdict.value}",
+                f"{r.duration_s:.2f}s",
+                escape(detail),
+            )
         console.print(table)
     for r in report.results:
         if r.verdict.is_failure:
@@ -66,8 +84,10 @@ def render(console: Console, report: RunReport, *, verbose: bool = False, quiet:
     if report.aborted:
         console.print(f"[bold red]run stopped early:[/] {escape(report.aborted)}")
     counts = report.counts()
-    console.print(" ".join(f"[{STYLE[v]}]{v.value} {counts[v]}[/]" for v in Verdict if counts[v])
-                  + f"  in {report.duration_s:.1f}s")
+    console.print(
+        " ".join(f"[{STYLE[v]}]{v.value} {counts[v]}[/]" for v in Verdict if counts[v])
+        + f"  in {report.duration_s:.1f}s"
+    )
     console.print(f"[bold]{escape(badge(report))}")
 
 
@@ -75,7 +95,9 @@ def _failure(console: Console, r: CaseResult, verbose: bool) -> None:
     clause = CLAUSES[r.clause]
     body = [f"[bold]{clause.id}[/] ({clause.level.value}) {escape(clause.text)}", ""]
     for m in r.mismatches:
-        body.append(f"[bold]{escape(m.what)}[/]\n  want: [green]{escape(m.want)}[/]\n  got:  [red]{escape(m.got)}[/]")
+        body.append(
+            f"[bold]{escape(m.what)}[/]\n  want: [green]{escape(m.want)}[/]\n  got:  [red]{escape(m.got)}[/]"
+        )
     if not r.mismatches:
         body.append(escape(r.reason))
     if r.repro and r.repro.example:
@@ -86,7 +108,13 @@ def _failure(console: Console, r: CaseResult, verbose: bool) -> None:
         body += ["", escape(r.notes[-1])]
     if r.repro and r.repro.script_path:
         body += ["", f"[bold]repro script[/]: python {escape(r.repro.script_path)} [host:port]"]
-    console.print(Panel("\n".join(body), title=f"[{STYLE[r.verdict]}]{r.verdict.value} {escape(r.case_id)}",
-                        title_align="left", border_style="red"))
+    console.print(
+        Panel(
+            "\n".join(body),
+            title=f"[{STYLE[r.verdict]}]{r.verdict.value} {escape(r.case_id)}",
+            title_align="left",
+            border_style="red",
+        )
+    )
     if verbose and r.repro and r.repro.script:
         console.print(Syntax(r.repro.script, "python", line_numbers=False, word_wrap=True))

@@ -40,24 +40,42 @@ def junit_xml(report: RunReport) -> str:
     groups: dict[str, list[CaseResult]] = defaultdict(list)
     for result in report.results:
         groups[CLAUSES[result.clause].section].append(result)
-    root = ET.Element("testsuites", name="lmrpc-conformance", tests=str(len(report.results)),
-                      time=f"{report.duration_s:.3f}")
+    root = ET.Element(
+        "testsuites",
+        name="lmrpc-conformance",
+        tests=str(len(report.results)),
+        time=f"{report.duration_s:.3f}",
+    )
     for section, results in groups.items():
         failures = sum(r.verdict is Verdict.FAIL for r in results)
         errors = sum(r.verdict is Verdict.ERROR for r in results)
         skipped = sum(r.verdict in (Verdict.SKIP, Verdict.NOT_RUN, Verdict.XFAIL) for r in results)
-        suite = ET.SubElement(root, "testsuite", name=section, tests=str(len(results)), failures=str(failures),
-                              errors=str(errors), skipped=str(skipped),
-                              time=f"{sum(r.duration_s for r in results):.3f}")
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=section,
+            tests=str(len(results)),
+            failures=str(failures),
+            errors=str(errors),
+            skipped=str(skipped),
+            time=f"{sum(r.duration_s for r in results):.3f}",
+        )
         for result in results:
-            case = ET.SubElement(suite, "testcase", classname=f"lmrpc.conformance.{result.level}",
-                                 name=result.case_id, time=f"{result.duration_s:.3f}")
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"lmrpc.conformance.{result.level}",
+                name=result.case_id,
+                time=f"{result.duration_s:.3f}",
+            )
             if result.verdict is Verdict.FAIL:
-                ET.SubElement(case, "failure", message=result.reason[:500], type="ConformanceFailure").text = (
-                    _failure_text(result))
+                ET.SubElement(
+                    case, "failure", message=result.reason[:500], type="ConformanceFailure"
+                ).text = _failure_text(result)
             elif result.verdict is Verdict.ERROR:
-                ET.SubElement(case, "error", message=result.reason[:500], type="HarnessError").text = (
-                    "\n".join(result.notes))
+                ET.SubElement(
+                    case, "error", message=result.reason[:500], type="HarnessError"
+                ).text = "\n".join(result.notes)
             elif result.verdict is Verdict.XFAIL:
                 ET.SubElement(case, "skipped", message=f"known failure (baseline): {result.baseline_reason}")
             elif result.verdict in (Verdict.SKIP, Verdict.NOT_RUN):

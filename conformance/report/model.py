@@ -40,7 +40,9 @@ class RunReport:
             "duration_s": round(self.duration_s, 3),
             "exit_code": exit_code(self),
             "badge": badge(self),
-            "summary": {level: {v.value: n for v, n in self.counts(level).items()} for level in ("MUST", "SHOULD")},
+            "summary": {
+                level: {v.value: n for v, n in self.counts(level).items()} for level in ("MUST", "SHOULD")
+            },
             "stale_baseline": self.stale,
             "aborted": self.aborted,
             "cases": [r.to_json() for r in self.results],

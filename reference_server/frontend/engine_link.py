@@ -37,7 +37,9 @@ class EngineLink:
         self._context = zmq.asyncio.Context()
         self._inbox = self._context.socket(zmq.PULL)
         self._inbox.bind(addresses.frontend)
-        self._inbox_now: zmq.Socket[bytes] = zmq.Socket.shadow(self._inbox.underlying)  # same socket, NOBLOCK reads
+        self._inbox_now: zmq.Socket[bytes] = zmq.Socket.shadow(
+            self._inbox.underlying
+        )  # same socket, NOBLOCK reads
         self._to_scheduler = self._context.socket(zmq.PUSH)
         self._to_scheduler.connect(addresses.scheduler)
         self._table = table

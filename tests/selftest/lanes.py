@@ -32,11 +32,24 @@ class Lane:
 
     @staticmethod
     def start(timeout_s: float = 120.0) -> Lane:
-        server = ServerProcess(engine="fake", args=("--fake-token-delay", TOKEN_DELAY_S, "--kv-tokens", KV_TOKENS)).start()
+        server = ServerProcess(
+            engine="fake", args=("--fake-token-delay", TOKEN_DELAY_S, "--kv-tokens", KV_TOKENS)
+        ).start()
         ready = Path(tempfile.mkdtemp(prefix="lmrpc-zoo-")) / "ports.json"
-        zoo = subprocess.Popen([sys.executable, "-m", "tests.selftest.zoo", "--upstream", server.target,
-                                "--ready-file", str(ready)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+        zoo = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.selftest.zoo",
+                "--upstream",
+                server.target,
+                "--ready-file",
+                str(ready),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         give_up = time.monotonic() + timeout_s
         while not ready.exists():
             if zoo.poll() is not None or time.monotonic() > give_up:
@@ -50,6 +63,7 @@ class Lane:
 
     def reset(self, timeout_s: float = 30.0) -> None:
         """Leave the upstream as a fresh server: nothing paused, nothing in flight (leaks included)."""
+
         async def settle() -> None:
             async with LmrpcClient.connect(self.server.target) as client:
                 await client.control.resume_generation(ResumeGenerationRequest())
@@ -88,15 +102,35 @@ def _cases(report: dict[str, object]) -> list[dict[str, str]]:
     return cases
 
 
-def run_harness(target: str, out_dir: Path, name: str, *, time_scale: float, extra: tuple[str, ...] = ()) -> Outcome:
+def run_harness(
+    target: str, out_dir: Path, name: str, *, time_scale: float, extra: tuple[str, ...] = ()
+) -> Outcome:
     """``conformance run`` as a user runs it: the installed CLI in a subprocess, reports to files."""
     report = out_dir / f"{name}.json"
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "conformance", "run", "--target", target, "--json", str(report),
-         "--junit", str(out_dir / f"{name}.xml"), "--repro-dir", str(out_dir / f"{name}-repro"),
-         "--time-scale", str(time_scale), "--quiet", *extra],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"},
+        [
+            sys.executable,
+            "-m",
+            "conformance",
+            "run",
+            "--target",
+            target,
+            "--json",
+            str(report),
+            "--junit",
+            str(out_dir / f"{name}.xml"),
+            "--repro-dir",
+            str(out_dir / f"{name}-repro"),
+            "--time-scale",
+            str(time_scale),
+            "--quiet",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "120"},
     )
     data = json.loads(report.read_text()) if report.exists() else {"cases": []}
     failing = {c["id"] for c in data["cases"] if c["verdict"] not in ("PASS", "SKIP")}

@@ -117,13 +117,18 @@ class Proxy:
     def __mapping__(self) -> dict[str, Handler]:
         mapping: dict[str, Handler] = {
             "/lmrpc.v1.InferenceService/Generate": Handler(
-                self._generate, Cardinality.UNARY_STREAM, GenerateRequest, RawMessage),
+                self._generate, Cardinality.UNARY_STREAM, GenerateRequest, RawMessage
+            ),
         }
         for path, (method, request_type) in UNARY.items():
-            mapping[path] = Handler(self._unary_handler(method), Cardinality.UNARY_UNARY, request_type, object)
+            mapping[path] = Handler(
+                self._unary_handler(method), Cardinality.UNARY_UNARY, request_type, object
+            )
         for path, cardinality in PASSTHROUGH.items():
             if self.passthrough_allowed(path):
-                mapping[path] = Handler(self._passthrough(path, cardinality), cardinality, RawMessage, RawMessage)
+                mapping[path] = Handler(
+                    self._passthrough(path, cardinality), cardinality, RawMessage, RawMessage
+                )
         return mapping
 
     def _unary_handler(self, method: str) -> Callable[[Stream[Any, Any]], Any]:
@@ -140,8 +145,9 @@ class Proxy:
     def _passthrough(self, path: str, cardinality: Cardinality) -> Callable[[Stream[Any, Any]], Any]:
         async def handle(stream: Stream[Any, Any]) -> None:
             try:
-                async with self.channel.request(path, cardinality, RawMessage, RawMessage,
-                                                deadline=stream.deadline) as up:
+                async with self.channel.request(
+                    path, cardinality, RawMessage, RawMessage, deadline=stream.deadline
+                ) as up:
                     await up.send_request()
 
                     async def pump_up() -> None:
@@ -160,9 +166,16 @@ class Proxy:
 
         return handle
 
-    async def upstream_events(self, request: GenerateRequest, deadline: Any) -> AsyncGenerator[GenerateResponse]:
-        async with self.channel.request("/lmrpc.v1.InferenceService/Generate", Cardinality.UNARY_STREAM,
-                                        GenerateRequest, GenerateResponse, deadline=deadline) as up:
+    async def upstream_events(
+        self, request: GenerateRequest, deadline: Any
+    ) -> AsyncGenerator[GenerateResponse]:
+        async with self.channel.request(
+            "/lmrpc.v1.InferenceService/Generate",
+            Cardinality.UNARY_STREAM,
+            GenerateRequest,
+            GenerateResponse,
+            deadline=deadline,
+        ) as up:
             await up.send_message(request, end=True)
             async for event in up:
                 yield event
@@ -177,8 +190,10 @@ class Proxy:
         try:
             # Close both generators deterministically: an upstream call left to the garbage collector stays
             # open (and keeps generating) for as long as a reference cycle keeps its frame alive.
-            async with (contextlib.aclosing(self.upstream_events(call.request, stream.deadline)) as events,
-                        contextlib.aclosing(_closable(self.transform(call, events))) as outgoing):
+            async with (
+                contextlib.aclosing(self.upstream_events(call.request, stream.deadline)) as events,
+                contextlib.aclosing(_closable(self.transform(call, events))) as outgoing,
+            ):
                 async for item in outgoing:
                     await stream.send_message(RawMessage(item if isinstance(item, bytes) else bytes(item)))
                     await asyncio.sleep(0)

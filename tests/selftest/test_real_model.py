@@ -31,9 +31,13 @@ def model_server() -> Iterator[ServerProcess]:
 @pytest.mark.parametrize("level", ["must", "should"])
 def test_reference_model_passes(model_server: ServerProcess, level: str) -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
-    outcome = run_harness(model_server.target, REPORTS, f"model-{level}", time_scale=TIME_SCALE,
-                          extra=("--level", level))
+    outcome = run_harness(
+        model_server.target, REPORTS, f"model-{level}", time_scale=TIME_SCALE, extra=("--level", level)
+    )
     (REPORTS / f"model-{level}.time").write_text(f"{outcome.duration_s:.1f}s wall for --level {level}\n")
-    problems = [f"{c['id']}: {c['verdict']} {c['reason']}" for c in _cases(outcome.report)
-                if c["verdict"] not in ("PASS", "SKIP")]
+    problems = [
+        f"{c['id']}: {c['verdict']} {c['reason']}"
+        for c in _cases(outcome.report)
+        if c["verdict"] not in ("PASS", "SKIP")
+    ]
     assert outcome.exit_code == 0, "\n".join(problems) or json.dumps(outcome.report)[:2000]

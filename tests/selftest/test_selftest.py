@@ -28,7 +28,9 @@ def expand(patterns: frozenset[str]) -> set[str]:
     ids = {c.id for c in cases}
     found = set()
     for pattern in patterns:
-        hits = {pattern} if pattern in ids else {c.id for c in cases if "*" in pattern and matches(pattern, c)}
+        hits = (
+            {pattern} if pattern in ids else {c.id for c in cases if "*" in pattern and matches(pattern, c)}
+        )
         assert hits, f"expected pattern {pattern!r} names no case"
         found |= hits
     return found
@@ -66,8 +68,11 @@ def _run_lane(lane: Lane, mutants: list[type[Mutant]]) -> list[Outcome]:  # one 
     outcomes = []
     for mutant in mutants:
         lane.reset()
-        outcomes.append(run_harness(lane.target(mutant.name), REPORTS, mutant.name,
-                                    time_scale=TIME_SCALE * mutant.time_scale))
+        outcomes.append(
+            run_harness(
+                lane.target(mutant.name), REPORTS, mutant.name, time_scale=TIME_SCALE * mutant.time_scale
+            )
+        )
     return outcomes
 
 
@@ -86,14 +91,20 @@ def test_mutants_fail_exactly_their_cases(lanes: list[Lane], capsys: pytest.Capt
         want, may = expand(mutant.expected), expand(mutant.tolerated)
         good = want <= outcome.failing <= want | may and outcome.exit_code == (0 if not want else 1)
         detected += bool(outcome.failing) and not mutant.is_control and mutant is not _ReferenceProxy
-        rows.append(f"{'ok ' if good else 'BAD'} {mutant.name:28} exit {outcome.exit_code} "
-                    f"{outcome.duration_s:5.1f}s  {', '.join(sorted(outcome.failing)) or '(all pass)'}")
+        rows.append(
+            f"{'ok ' if good else 'BAD'} {mutant.name:28} exit {outcome.exit_code} "
+            f"{outcome.duration_s:5.1f}s  {', '.join(sorted(outcome.failing)) or '(all pass)'}"
+        )
         if not good:
-            problems.append(f"{mutant.name}: missing {sorted(want - outcome.failing)}, "
-                            f"unexpected {sorted(outcome.failing - want - may)}, exit {outcome.exit_code}")
+            problems.append(
+                f"{mutant.name}: missing {sorted(want - outcome.failing)}, "
+                f"unexpected {sorted(outcome.failing - want - may)}, exit {outcome.exit_code}"
+            )
     broken = [m for m in MUTANTS if not m.is_control]
-    summary = (f"mutation score: {detected}/{len(broken)} mutants detected, "
-               f"{len(rows) - len(problems)}/{len(rows)} with exactly the declared failures")
+    summary = (
+        f"mutation score: {detected}/{len(broken)} mutants detected, "
+        f"{len(rows) - len(problems)}/{len(rows)} with exactly the declared failures"
+    )
     (REPORTS / "matrix.txt").write_text("\n".join([*rows, summary]) + "\n")
     with capsys.disabled():
         print("\n" + "\n".join(rows) + "\n" + summary)

@@ -34,9 +34,16 @@ def _ids(request: AbortRequest) -> list[str] | None:
 class IgnoredAbort(Mutant):
     name = "ignored-abort"
     fault = "Abort answers ABORTED but the request keeps generating"
-    expected = frozenset({
-        "ABORT-2[*]", "ABORT-4[*]", "ABORT-5", "ABORT-6", "ABORT-3[abort]", "FINISH-1[stateful]",
-    })
+    expected = frozenset(
+        {
+            "ABORT-2[*]",
+            "ABORT-4[*]",
+            "ABORT-5",
+            "ABORT-6",
+            "ABORT-3[abort]",
+            "FINISH-1[stateful]",
+        }
+    )
     # may also fail: unaborted requests run until the harness cancels them; whether one is still running at a baseline is timing
     tolerated = frozenset({"ABORT-3[stateful]"})
 
@@ -47,8 +54,12 @@ class IgnoredAbort(Mutant):
         if ids == [] or (ids is None and request.all is None):
             return await super().unary(method, request)  # invalid requests are still rejected
         targets = list(self.calls) if ids is None else ids
-        return AbortResponse(outcomes=[AbortOutcome(i, AbortStatus.ABORTED if i in self.calls else
-                                                    AbortStatus.NOT_IN_FLIGHT) for i in targets])
+        return AbortResponse(
+            outcomes=[
+                AbortOutcome(i, AbortStatus.ABORTED if i in self.calls else AbortStatus.NOT_IN_FLIGHT)
+                for i in targets
+            ]
+        )
 
 
 class AbortNotCoveringChildren(Mutant):
@@ -66,8 +77,14 @@ class AbortNotCoveringChildren(Mutant):
         for rid in partial:
             self.calls[rid].flags["abort0"] = True
         rest = [i for i in ids if i not in partial]
-        reply = await super().unary(method, AbortRequest(request_ids=RequestIds(ids=rest))) if rest else AbortResponse()
-        return AbortResponse(outcomes=[*reply.outcomes, *(AbortOutcome(i, AbortStatus.ABORTED) for i in partial)])
+        reply = (
+            await super().unary(method, AbortRequest(request_ids=RequestIds(ids=rest)))
+            if rest
+            else AbortResponse()
+        )
+        return AbortResponse(
+            outcomes=[*reply.outcomes, *(AbortOutcome(i, AbortStatus.ABORTED) for i in partial)]
+        )
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         tokens0 = 0
@@ -75,9 +92,19 @@ class AbortNotCoveringChildren(Mutant):
         async for event in events:
             if call.flags.get("abort0") and not done0:
                 done0 = True
-                yield GenerateResponse(request_id=event.request_id, finished=OutputFinished(
-                    output_index=0, reason=FinishReason.ABORTED, completion_tokens=tokens0))
-            body = event.delta if kind(event) == "delta" else event.finished if kind(event) == "finished" else None
+                yield GenerateResponse(
+                    request_id=event.request_id,
+                    finished=OutputFinished(
+                        output_index=0, reason=FinishReason.ABORTED, completion_tokens=tokens0
+                    ),
+                )
+            body = (
+                event.delta
+                if kind(event) == "delta"
+                else event.finished
+                if kind(event) == "finished"
+                else None
+            )
             if body is not None and not body.output_index:
                 if done0:
                     continue
@@ -133,9 +160,15 @@ class WrongStatusCode(Mutant):
 class SeedIgnored(Mutant):
     name = "seed-ignored"
     fault = "SamplingParams.seed is dropped (the server picks one) but echoed in PromptInfo as if honoured"
-    expected = frozenset({
-        "SAMPLE-3", "SAMPLE-3[per-output]", "SAMPLE-4[picked]", "SAMPLE-1[defaults]", "STREAM-8[seeded]",
-    })
+    expected = frozenset(
+        {
+            "SAMPLE-3",
+            "SAMPLE-3[per-output]",
+            "SAMPLE-4[picked]",
+            "SAMPLE-1[defaults]",
+            "STREAM-8[seeded]",
+        }
+    )
 
     def rewrite_request(self, request: GenerateRequest) -> GenerateRequest:
         if request.sampling is not None:
@@ -176,10 +209,19 @@ class TemperatureZeroAsUnset(RequestRewrite):
     name = "temperature-zero-as-unset"
     fault = "temperature=0 is read as 'unset' (the default, 1.0): greedy requests sample"
     # every case that compares greedy outputs of different requests sees sampled tokens
-    expected = frozenset({
-        "SAMPLE-1[temperature=0]", "SAMPLE-2[n]", "SAMPLE-7", "STOP-1[stop-token]", "STOP-3", "STOP-4[eos]",
-        "FINISH-5[stop-token-is-eos]", "STREAM-6[concurrent]", "STREAM-8[greedy]",
-    })
+    expected = frozenset(
+        {
+            "SAMPLE-1[temperature=0]",
+            "SAMPLE-2[n]",
+            "SAMPLE-7",
+            "STOP-1[stop-token]",
+            "STOP-3",
+            "STOP-4[eos]",
+            "FINISH-5[stop-token-is-eos]",
+            "STREAM-6[concurrent]",
+            "STREAM-8[greedy]",
+        }
+    )
 
     def edit(self, request: GenerateRequest) -> None:
         if request.sampling is not None and request.sampling.temperature == 0:
@@ -218,7 +260,11 @@ class DuplicateIdAccepted(Mutant):
     def rewrite_request(self, request: GenerateRequest) -> GenerateRequest:
         self.serial += 1
         unique = f"{request.request_id}.{self.serial}"
-        if request.request_id and len(unique) <= 128 and re.fullmatch(r"[A-Za-z0-9._:/-]+", request.request_id):
+        if (
+            request.request_id
+            and len(unique) <= 128
+            and re.fullmatch(r"[A-Za-z0-9._:/-]+", request.request_id)
+        ):
             self.upstream_ids.setdefault(request.request_id, []).append(unique)
             request.request_id = unique
         return request
@@ -248,6 +294,14 @@ class DuplicateIdAccepted(Mutant):
 
 
 CONTROL_MUTANTS: tuple[type[Mutant], ...] = (
-    IgnoredAbort, AbortNotCoveringChildren, LeakAfterCancel, WrongStatusCode, SeedIgnored, TopKIgnored,
-    TemperatureZeroAsUnset, FinalOnlyIgnored, InvalidIdAccepted, DuplicateIdAccepted,
+    IgnoredAbort,
+    AbortNotCoveringChildren,
+    LeakAfterCancel,
+    WrongStatusCode,
+    SeedIgnored,
+    TopKIgnored,
+    TemperatureZeroAsUnset,
+    FinalOnlyIgnored,
+    InvalidIdAccepted,
+    DuplicateIdAccepted,
 )

@@ -38,8 +38,12 @@ class MergedDeltas(Mutant):
         held: GenerateResponse | None = None
         async for event in events:
             if kind(event) == "delta":
-                if (held is not None and delta(held).output_index == delta(event).output_index and held.usage is None
-                        and len(delta(held).token_ids) < 8):
+                if (
+                    held is not None
+                    and delta(held).output_index == delta(event).output_index
+                    and held.usage is None
+                    and len(delta(held).token_ids) < 8
+                ):
                     delta(held).token_ids = [*delta(held).token_ids, *delta(event).token_ids]
                     delta(held).text += delta(event).text
                     delta(held).logprobs = [*delta(held).logprobs, *delta(event).logprobs]

@@ -31,15 +31,26 @@ class DoubleFinish(Mutant):
 class MissingFinish(Mutant):
     name = "missing-finish"
     fault = "an n=1 output that hits max_tokens gets no OutputFinished; Usage rides on its last delta"
-    expected = frozenset({
-        "FINISH-1", "FINISH-3", "USAGE-3", "STOP-4[ignore_eos]", "FINISH-1[stateful]", "USAGE-3[stateful]",
-    })
+    expected = frozenset(
+        {
+            "FINISH-1",
+            "FINISH-3",
+            "USAGE-3",
+            "STOP-4[ignore_eos]",
+            "FINISH-1[stateful]",
+            "USAGE-3[stateful]",
+        }
+    )
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         pending: GenerateResponse | None = None
         async for event in events:
-            if (kind(event) == "finished" and call.n == 1 and finished(event).reason == FinishReason.LENGTH
-                    and pending is not None):
+            if (
+                kind(event) == "finished"
+                and call.n == 1
+                and finished(event).reason == FinishReason.LENGTH
+                and pending is not None
+            ):
                 pending.usage = event.usage
                 yield pending
                 pending = None
@@ -58,11 +69,23 @@ class MissingFinish(Mutant):
 class CumulativeIds(Mutant):
     name = "cumulative-ids"
     fault = "TokenDelta.token_ids carries every token so far (cumulative), one delta per token"
-    expected = frozenset({
-        "STREAM-2", "STREAM-4", "USAGE-5", "STREAM-7", "STREAM-8[greedy]", "STREAM-8[seeded]",
-        "STOP-1[stop-token]", "STOP-4[ignore_eos]", "REQ-6[default-lowered]", "ABORT-2[mid-stream]",
-        "ABORT-4[*]", "ABORT-5", "USAGE-3[stateful]",
-    })
+    expected = frozenset(
+        {
+            "STREAM-2",
+            "STREAM-4",
+            "USAGE-5",
+            "STREAM-7",
+            "STREAM-8[greedy]",
+            "STREAM-8[seeded]",
+            "STOP-1[stop-token]",
+            "STOP-4[ignore_eos]",
+            "REQ-6[default-lowered]",
+            "ABORT-2[mid-stream]",
+            "ABORT-4[*]",
+            "ABORT-5",
+            "USAGE-3[stateful]",
+        }
+    )
     # may also fail: how many tokens arrive before an abort at acceptance is timing
     tolerated = frozenset({"ABORT-2[before-first-token]"})
 
@@ -76,9 +99,16 @@ class CumulativeIds(Mutant):
             ids = so_far.setdefault(delta(event).output_index or 0, [])
             for i, token in enumerate(delta(event).token_ids):  # one token per delta: the same in every run
                 ids.append(token)
-                yield GenerateResponse(request_id=event.request_id, usage=event.usage, delta=TokenDelta(
-                    output_index=delta(event).output_index, token_ids=list(ids), text=delta(event).text if i == 0 else "",
-                    logprobs=delta(event).logprobs[i:i + 1]))
+                yield GenerateResponse(
+                    request_id=event.request_id,
+                    usage=event.usage,
+                    delta=TokenDelta(
+                        output_index=delta(event).output_index,
+                        token_ids=list(ids),
+                        text=delta(event).text if i == 0 else "",
+                        logprobs=delta(event).logprobs[i : i + 1],
+                    ),
+                )
 
 
 class UsageOffByOne(Mutant):
@@ -112,7 +142,13 @@ class LostOutputIndex(Mutant):
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         async for event in events:
-            body = event.delta if kind(event) == "delta" else event.finished if kind(event) == "finished" else None
+            body = (
+                event.delta
+                if kind(event) == "delta"
+                else event.finished
+                if kind(event) == "finished"
+                else None
+            )
             if body is not None and body.output_index == 0:
                 body.output_index = None
             yield event
@@ -176,8 +212,10 @@ class StopStringLeaked(Mutant):
         async for event in events:
             stop = finished(event).stop if kind(event) == "finished" else None
             if stop is not None and stop.stop_string and not include:
-                yield GenerateResponse(request_id=event.request_id, delta=TokenDelta(
-                    output_index=finished(event).output_index, text=stop.stop_string))
+                yield GenerateResponse(
+                    request_id=event.request_id,
+                    delta=TokenDelta(output_index=finished(event).output_index, text=stop.stop_string),
+                )
             yield event
 
 
@@ -266,7 +304,19 @@ class LogprobsDropped(Mutant):
 
 
 STREAM_MUTANTS: tuple[type[Mutant], ...] = (
-    DoubleFinish, MissingFinish, CumulativeIds, UsageOffByOne, PromptCountedNTimes, LostOutputIndex,
-    RequestIdNotEchoed, Utf8Split, StopStringLeaked, UsageOnEveryMessage, PromptInfoTwice, UnspecifiedReason,
-    HangMidStream, CrashMidStream, LogprobsDropped,
+    DoubleFinish,
+    MissingFinish,
+    CumulativeIds,
+    UsageOffByOne,
+    PromptCountedNTimes,
+    LostOutputIndex,
+    RequestIdNotEchoed,
+    Utf8Split,
+    StopStringLeaked,
+    UsageOnEveryMessage,
+    PromptInfoTwice,
+    UnspecifiedReason,
+    HangMidStream,
+    CrashMidStream,
+    LogprobsDropped,
 )

@@ -130,7 +130,7 @@ class NoReflectionV1alpha(Mutant):
 
 class HealthPerServiceMissing(Mutant):
     name = "health-per-service-missing"
-    fault = "Health/Check knows only the overall service \"\", not the lmrpc services"
+    fault = 'Health/Check knows only the overall service "", not the lmrpc services'
     expected = frozenset({"HEALTH-1"})
 
     def __mapping__(self) -> dict[str, Handler]:
@@ -145,7 +145,9 @@ class HealthPerServiceMissing(Mutant):
             replay = _Replay(stream, raw)
             await forward(replay)
 
-        mapping["/grpc.health.v1.Health/Check"] = Handler(check, Cardinality.UNARY_UNARY, RawMessage, RawMessage)
+        mapping["/grpc.health.v1.Health/Check"] = Handler(
+            check, Cardinality.UNARY_UNARY, RawMessage, RawMessage
+        )
         return mapping
 
 
@@ -170,6 +172,14 @@ class _Replay:
 
 
 UNARY_MUTANTS: tuple[type[Mutant], ...] = (
-    ContractRevisionWrong, StopStringsUnadvertised, LoadNeverIdle, EmbedNotNormalized, TokenizeAddsBos,
-    UnknownAbortFails, AbortAllNoop, PauseIgnored, NoReflectionV1alpha, HealthPerServiceMissing,
+    ContractRevisionWrong,
+    StopStringsUnadvertised,
+    LoadNeverIdle,
+    EmbedNotNormalized,
+    TokenizeAddsBos,
+    UnknownAbortFails,
+    AbortAllNoop,
+    PauseIgnored,
+    NoReflectionV1alpha,
+    HealthPerServiceMissing,
 )

@@ -15,7 +15,11 @@ def test_mirror_matches_the_contract() -> None:
     assert [c.id for c in parsed] == list(CLAUSES), "clause IDs or their order differ from docs/contract.md"
     for clause in parsed:
         mirrored = CLAUSES[clause.id]
-        assert (mirrored.level, mirrored.section, mirrored.text) == (clause.level, clause.section, clause.text), clause.id
+        assert (mirrored.level, mirrored.section, mirrored.text) == (
+            clause.level,
+            clause.section,
+            clause.text,
+        ), clause.id
 
 
 def test_every_case_names_an_existing_clause() -> None:
@@ -35,4 +39,10 @@ def test_every_checkable_clause_has_a_case() -> None:
 def test_unchecked_clauses_say_why() -> None:
     for clause in CLAUSES.values():
         assert clause.checkable or clause.unchecked, clause.id
-    assert {c.id for c in CLAUSES.values() if not c.checkable} == {"VER-1", "STREAM-9", "N-3", "LIFE-1", "LIFE-2"}
+    assert {c.id for c in CLAUSES.values() if not c.checkable} == {
+        "VER-1",
+        "STREAM-9",
+        "N-3",
+        "LIFE-1",
+        "LIFE-2",
+    }

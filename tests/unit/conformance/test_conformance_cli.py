@@ -17,19 +17,43 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.mark.parametrize("argv", [
-    [], ["run"], ["run", "--target", "nohostport"], ["run", "--target", "h:1", "--level", "may"],
-    ["run", "--target", "h:1", "--time-scale", "0"], ["run", "--target", "h:1", "--run", "NO-SUCH-CLAUSE"],
-    ["run", "--target", "h:1", "--baseline", "/nonexistent.toml"], ["replay", "/nonexistent.json"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["run"],
+        ["run", "--target", "nohostport"],
+        ["run", "--target", "h:1", "--level", "may"],
+        ["run", "--target", "h:1", "--time-scale", "0"],
+        ["run", "--target", "h:1", "--run", "NO-SUCH-CLAUSE"],
+        ["run", "--target", "h:1", "--baseline", "/nonexistent.toml"],
+        ["replay", "/nonexistent.json"],
+    ],
+)
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
 
 
 def test_unreachable_target_exits_3_and_still_writes_reports(tmp_path: Path) -> None:
     report, junit = tmp_path / "r.json", tmp_path / "j.xml"
-    code = main(["run", "--target", f"127.0.0.1:{free_port()}", "--level", "must", "--json", str(report),
-                 "--junit", str(junit), "--time-scale", "0.2", "--quiet", "--repro-dir", str(tmp_path / "repro")])
+    code = main(
+        [
+            "run",
+            "--target",
+            f"127.0.0.1:{free_port()}",
+            "--level",
+            "must",
+            "--json",
+            str(report),
+            "--junit",
+            str(junit),
+            "--time-scale",
+            "0.2",
+            "--quiet",
+            "--repro-dir",
+            str(tmp_path / "repro"),
+        ]
+    )
     assert code == 3
     data = json.loads(report.read_text())
     assert data["exit_code"] == 3 and "unreachable" in data["aborted"]

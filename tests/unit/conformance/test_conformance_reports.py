@@ -24,18 +24,31 @@ def result(case_id: str, verdict: Verdict, level: str = "MUST") -> CaseResult:
 
 def test_baseline_turns_known_failures_into_xfail_and_flags_stale_entries(tmp_path: Path) -> None:
     path = tmp_path / "baseline.toml"
-    path.write_text('[[known_failure]]\ncase = "USAGE-6*"\nreason = "page-granular cache"\n'
-                    '[[known_failure]]\ncase = "SVC-3"\nreason = "fixed last week"\n'
-                    '[[known_failure]]\ncase = "NO-SUCH-9"\nreason = "renamed"\n')
-    results = [result("USAGE-6[short]", Verdict.FAIL), result("USAGE-6[long]", Verdict.PASS),
-               result("SVC-3", Verdict.PASS)]
+    path.write_text(
+        '[[known_failure]]\ncase = "USAGE-6*"\nreason = "page-granular cache"\n'
+        '[[known_failure]]\ncase = "SVC-3"\nreason = "fixed last week"\n'
+        '[[known_failure]]\ncase = "NO-SUCH-9"\nreason = "renamed"\n'
+    )
+    results = [
+        result("USAGE-6[short]", Verdict.FAIL),
+        result("USAGE-6[long]", Verdict.PASS),
+        result("SVC-3", Verdict.PASS),
+    ]
     stale = Baseline.load(str(path)).apply(results, all_cases())
     assert results[0].verdict is Verdict.XFAIL and results[0].baseline_reason == "page-granular cache"
     assert len(stale) == 3 and any("NO-SUCH-9" in s for s in stale) and any("SVC-3" in s for s in stale)
 
 
-@pytest.mark.parametrize("text", ['[[known_failure]]\ncase = "SVC-3"\n', '[[known_failure]]\nreason = "x"\n',
-                                  '[[known_failure]]\ncase = "SVC-3"\nreason = " "\n', 'oops = 1\n', "not toml ["])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[[known_failure]]\ncase = "SVC-3"\n',
+        '[[known_failure]]\nreason = "x"\n',
+        '[[known_failure]]\ncase = "SVC-3"\nreason = " "\n',
+        "oops = 1\n",
+        "not toml [",
+    ],
+)
 def test_malformed_baselines_are_usage_errors(tmp_path: Path, text: str) -> None:
     path = tmp_path / "b.toml"
     path.write_text(text)
@@ -44,8 +57,14 @@ def test_malformed_baselines_are_usage_errors(tmp_path: Path, text: str) -> None
 
 
 def test_exit_codes_and_badge() -> None:
-    passing = RunReport("t", [result("SVC-3", Verdict.PASS), result("TOK-2", Verdict.PASS, "SHOULD"),
-                              result("CAP-1[embed]", Verdict.SKIP)])
+    passing = RunReport(
+        "t",
+        [
+            result("SVC-3", Verdict.PASS),
+            result("TOK-2", Verdict.PASS, "SHOULD"),
+            result("CAP-1[embed]", Verdict.SKIP),
+        ],
+    )
     assert exit_code(passing) == 0
     assert badge(passing) == "lmrpc conformance r1: MUST 1/1 PASS, SHOULD 1/1"
     failing = RunReport("t", [result("SVC-3", Verdict.FAIL), result("SVC-1", Verdict.PASS)])
@@ -60,7 +79,9 @@ def test_json_and_junit(tmp_path: Path) -> None:
     failed = result("USAGE-3", Verdict.FAIL)
     failed.mismatches = [Mismatch("Usage.completion_tokens", "6", "7")]
     failed.repro = Repro(kind="example", example="GenerateRequest(text='x')", script="print(1)\n")
-    report = RunReport("127.0.0.1:1", [failed, result("SVC-3", Verdict.PASS), result("TOK-2", Verdict.SKIP, "SHOULD")])
+    report = RunReport(
+        "127.0.0.1:1", [failed, result("SVC-3", Verdict.PASS), result("TOK-2", Verdict.SKIP, "SHOULD")]
+    )
     write_json(report, str(tmp_path / "r.json"))
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["schema"] == "lmrpc-conformance/1" and data["exit_code"] == 1
@@ -76,10 +97,17 @@ def test_json_and_junit(tmp_path: Path) -> None:
 
 
 def test_repro_script_is_valid_python_that_rebuilds_the_requests() -> None:
-    request = GenerateRequest(request_id="r-1", text="héllo \"quoted\"", sampling=SamplingParams(temperature=float("nan")),
-                              stopping=StoppingCriteria(max_tokens=3, stop_strings=["\n"]))
-    text = script("USAGE-3", "127.0.0.1:50051", [Call(0.0, "inference", "generate", request, cancel_after=2),
-                                                 Call(0.1, "control", "abort", request)])
+    request = GenerateRequest(
+        request_id="r-1",
+        text='héllo "quoted"',
+        sampling=SamplingParams(temperature=float("nan")),
+        stopping=StoppingCriteria(max_tokens=3, stop_strings=["\n"]),
+    )
+    text = script(
+        "USAGE-3",
+        "127.0.0.1:50051",
+        [Call(0.0, "inference", "generate", request, cancel_after=2), Call(0.1, "control", "abort", request)],
+    )
     compile(text, "repro.py", "exec")
     assert "cancel_after=2" in text and "client.control.abort(" in text
     namespace: dict[str, object] = {}

@@ -13,13 +13,33 @@ from conformance.strategies import invalid_requests, valid_requests
 from conformance.target import TargetInfo
 from lmrpc.v1 import Capabilities, GenerateRequest, ModelInfo, ServerInfo
 
-FULL = TargetInfo(ServerInfo(capabilities=Capabilities(
-    text_input=True, token_ids_input=True, chat_input=True, max_outputs=4, truncation_sampling=True, penalties=True,
-    seeded_sampling=True, deterministic_greedy=True, stop_strings=True, stop_token_ids=True, logprobs=True,
-    max_top_logprobs=5, final_only=True, max_stop_strings=2)), ModelInfo(vocab_size=1000, max_context_tokens=512,
-                                                                          eos_token_ids=[2]), None)
-MINIMAL = TargetInfo(ServerInfo(capabilities=Capabilities(text_input=True, max_outputs=1)),
-                     ModelInfo(vocab_size=1000, max_context_tokens=512, eos_token_ids=[2]), None)
+FULL = TargetInfo(
+    ServerInfo(
+        capabilities=Capabilities(
+            text_input=True,
+            token_ids_input=True,
+            chat_input=True,
+            max_outputs=4,
+            truncation_sampling=True,
+            penalties=True,
+            seeded_sampling=True,
+            deterministic_greedy=True,
+            stop_strings=True,
+            stop_token_ids=True,
+            logprobs=True,
+            max_top_logprobs=5,
+            final_only=True,
+            max_stop_strings=2,
+        )
+    ),
+    ModelInfo(vocab_size=1000, max_context_tokens=512, eos_token_ids=[2]),
+    None,
+)
+MINIMAL = TargetInfo(
+    ServerInfo(capabilities=Capabilities(text_input=True, max_outputs=1)),
+    ModelInfo(vocab_size=1000, max_context_tokens=512, eos_token_ids=[2]),
+    None,
+)
 
 
 def in_range(r: GenerateRequest, info: TargetInfo) -> None:
@@ -66,4 +86,6 @@ def test_invalid_requests_are_invalid(drawn: tuple[GenerateRequest, str]) -> Non
         in_range(request, FULL)
     except AssertionError:
         return
-    assert label.startswith("request_id") and not re.fullmatch(r"[A-Za-z0-9._:/-]{1,128}", request.request_id), label
+    assert label.startswith("request_id") and not re.fullmatch(
+        r"[A-Za-z0-9._:/-]{1,128}", request.request_id
+    ), label

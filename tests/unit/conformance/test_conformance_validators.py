@@ -26,11 +26,19 @@ from lmrpc.v1 import (
     Usage,
 )
 
-INFO = TargetInfo(ServerInfo(contract_revision=1, capabilities=Capabilities(max_outputs=4, tokenize=True)),
-                  ModelInfo(vocab_size=100, max_context_tokens=64, eos_token_ids=[2],
-                            defaults=EffectiveDefaults(max_tokens=16)), None)
-REQUEST = GenerateRequest(request_id="r1", text="hi", sampling=SamplingParams(n=2),
-                          stopping=StoppingCriteria(max_tokens=3, ignore_eos=True))
+INFO = TargetInfo(
+    ServerInfo(contract_revision=1, capabilities=Capabilities(max_outputs=4, tokenize=True)),
+    ModelInfo(
+        vocab_size=100, max_context_tokens=64, eos_token_ids=[2], defaults=EffectiveDefaults(max_tokens=16)
+    ),
+    None,
+)
+REQUEST = GenerateRequest(
+    request_id="r1",
+    text="hi",
+    sampling=SamplingParams(n=2),
+    stopping=StoppingCriteria(max_tokens=3, ignore_eos=True),
+)
 
 
 def good() -> list[GenerateResponse]:
@@ -44,8 +52,10 @@ def good() -> list[GenerateResponse]:
         msg(delta=TokenDelta(output_index=0, token_ids=[14], text="d")),
         msg(finished=OutputFinished(output_index=0, reason=FinishReason.LENGTH, completion_tokens=3)),
         msg(delta=TokenDelta(output_index=1, token_ids=[15, 16], text="ef")),
-        msg(finished=OutputFinished(output_index=1, reason=FinishReason.LENGTH, completion_tokens=3),
-            usage=Usage(prompt_tokens=2, completion_tokens=6)),
+        msg(
+            finished=OutputFinished(output_index=1, reason=FinishReason.LENGTH, completion_tokens=3),
+            usage=Usage(prompt_tokens=2, completion_tokens=6),
+        ),
     ]
 
 
@@ -110,18 +120,21 @@ def _delta_after_finish(m: list[GenerateResponse]) -> None:
     m.insert(5, GenerateResponse(request_id="r1", delta=TokenDelta(output_index=0, token_ids=[], text="")))
 
 
-@pytest.mark.parametrize(("mutate", "clauses"), [
-    (_double_finish, {"FINISH-1"}),
-    (_cumulative, {"STREAM-2", "USAGE-5"}),  # facts fixed: Detokenize of the real ids
-    (_lost_index, {"STREAM-3"}),
-    (_usage_plus_one, {"USAGE-3", "N-2"}),
-    (_usage_early, {"USAGE-1"}),
-    (_unspecified, {"FINISH-4", "FINISH-6"}),
-    (_id_dropped, {"REQ-2"}),
-    (_prompt_twice, {"STREAM-1"}),
-    (_last_delta_lost, {"FINISH-2", "USAGE-5", "STREAM-4"}),
-    (_delta_after_finish, {"FINISH-1"}),
-])
+@pytest.mark.parametrize(
+    ("mutate", "clauses"),
+    [
+        (_double_finish, {"FINISH-1"}),
+        (_cumulative, {"STREAM-2", "USAGE-5"}),  # facts fixed: Detokenize of the real ids
+        (_lost_index, {"STREAM-3"}),
+        (_usage_plus_one, {"USAGE-3", "N-2"}),
+        (_usage_early, {"USAGE-1"}),
+        (_unspecified, {"FINISH-4", "FINISH-6"}),
+        (_id_dropped, {"REQ-2"}),
+        (_prompt_twice, {"STREAM-1"}),
+        (_last_delta_lost, {"FINISH-2", "USAGE-5", "STREAM-4"}),
+        (_delta_after_finish, {"FINISH-1"}),
+    ],
+)
 def test_one_fault_one_clause(mutate: Callable[[list[GenerateResponse]], None], clauses: set[str]) -> None:
     messages = good()
     mutate(messages)

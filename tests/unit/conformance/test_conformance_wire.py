@@ -12,15 +12,19 @@ def test_varints_round_trip() -> None:
 
 
 def test_valid_message_decodes_unchanged() -> None:
-    message = GenerateResponse(request_id="r", delta=TokenDelta(output_index=0, token_ids=[5, 6], text="héllo"))
+    message = GenerateResponse(
+        request_id="r", delta=TokenDelta(output_index=0, token_ids=[5, 6], text="héllo")
+    )
     decoded = decode_response(bytes(message))
     assert decoded.message == message and decoded.text_is_utf8 and decoded.text_bytes == "héllo".encode()
 
 
 def test_invalid_utf8_is_kept_as_evidence() -> None:
     head = GenerateResponse(request_id="r", delta=TokenDelta(output_index=1, token_ids=[7]))
-    raw = b"".join(length_field(3, f.payload + length_field(3, b"a\xc3")) if f.number == 3 else f.raw
-                   for f in split_fields(bytes(head)))
+    raw = b"".join(
+        length_field(3, f.payload + length_field(3, b"a\xc3")) if f.number == 3 else f.raw
+        for f in split_fields(bytes(head))
+    )
     decoded = decode_response(raw)
     assert not decoded.text_is_utf8
     assert decoded.text_bytes == b"a\xc3"
