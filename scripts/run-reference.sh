@@ -18,5 +18,7 @@ for _ in $(seq 1 600); do
 done
 [ -s "$REPORTS/server.ready" ] || { echo "server did not start"; cat "$REPORTS/server.log"; exit 3; }
 echo "reference server ready on 127.0.0.1:$PORT (log: $REPORTS/server.log)"
-.venv/bin/conformance run --target "127.0.0.1:$PORT" --level all \
+# --time-scale 3: a CPU needs more than the default budgets for the case that fills the whole
+# 8k-token context window (REQ-6[default-lowered]); every other case finishes far inside them.
+.venv/bin/conformance run --target "127.0.0.1:$PORT" --level all --time-scale 3 \
   --junit "$REPORTS/conformance.xml" --json "$REPORTS/conformance.json" "$@"
