@@ -142,6 +142,10 @@ def main() -> None:
         "--rounds", type=int, default=3, help="alternating rounds per setting; medians are reported"
     )
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--token-delay", type=float, default=0.0,
+        help="fake engine seconds per step (0: as fast as it goes; >0 shows one message per token at a set rate)",
+    )  # fmt: skip
     parser.add_argument("--bare-server", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server:
@@ -153,7 +157,7 @@ def main() -> None:
         while not port_file.exists():
             time.sleep(0.05)
         bare_target = f"127.0.0.1:{port_file.read_text()}"
-        with ServerProcess(engine="fake") as reference:
+        with ServerProcess(engine="fake", args=("--fake-token-delay", str(args.token_delay))) as reference:
             rows = []
             for concurrency in (int(c) for c in args.concurrency.split(",")):
                 runs: dict[str, list[Result]] = {"bare": [], "lmrpc": []}
