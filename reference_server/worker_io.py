@@ -1,4 +1,4 @@
-"""Helpers shared by the worker processes: sockets, logging, process naming."""
+"""What the worker processes share: start-up, sockets, failure reporting, process naming."""
 
 from __future__ import annotations
 
@@ -8,8 +8,48 @@ import multiprocessing
 import os
 import signal
 import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import zmq
+
+from reference_server import ipc
+
+log = logging.getLogger("lmrpc.worker")
+
+
+@dataclass(frozen=True)
+class WorkerSockets:
+    inbox: zmq.Socket[bytes]  # PULL, bound at the worker's own address
+    to_peer: zmq.Socket[bytes]  # PUSH to the other worker
+    to_frontend: zmq.Socket[bytes]  # PUSH to the frontend
+
+
+def run_worker(
+    role: str,
+    log_level: str,
+    *,
+    inbox: str,
+    peer: str,
+    frontend: str,
+    serve: Callable[[WorkerSockets], None],
+) -> None:
+    """Run ``serve`` as this worker process's body. It must send ``Ready`` once started and
+    return on Shutdown; an exception is reported to the frontend as WorkerFailed, then exit 1."""
+    setup_worker(f"lmrpc-{role}", log_level)
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sockets = WorkerSockets(
+        pull_socket(context, inbox), push_socket(context, peer), push_socket(context, frontend)
+    )
+    try:
+        serve(sockets)
+    except Exception as exc:
+        log.error("%s failed:\n%s", role, traceback.format_exc())
+        sockets.to_frontend.send(ipc.encode(ipc.WorkerFailed(role, f"{type(exc).__name__}: {exc}")))
+        context.destroy(linger=1000)
+        sys.exit(1)
+    context.destroy(linger=1000)
 
 
 def setup_worker(name: str, log_level: str) -> None:

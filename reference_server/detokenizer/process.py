@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-import traceback
-
 import zmq
 
 from reference_server import ipc
@@ -14,29 +10,22 @@ from reference_server.detokenizer.incremental import DecodeTable
 from reference_server.detokenizer.state import RequestText
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import load_tokenizer
-from reference_server.worker_io import pull_socket, push_socket, setup_worker
-
-log = logging.getLogger("lmrpc.detokenizer")
+from reference_server.worker_io import WorkerSockets, run_worker
 
 
 def run_detokenizer(config: ServerConfig, addresses: IpcAddresses) -> None:
     """Process entry point."""
-    setup_worker("lmrpc-detokenizer", config.log_level)
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    inbox = pull_socket(context, addresses.detokenizer)
-    to_frontend = push_socket(context, addresses.frontend)
-    to_scheduler = push_socket(context, addresses.scheduler)
-    try:
+
+    def serve(sockets: WorkerSockets) -> None:
         tokenizer = load_tokenizer(resolve_model(config.engine.model_path))
         table = DecodeTable.build(tokenizer.tokenizer, tokenizer.vocab_size)
-        to_frontend.send(ipc.encode(ipc.Ready("detokenizer")))
-        DetokenizerLoop(table, inbox, to_frontend, to_scheduler).run()
-    except Exception as exc:
-        log.error("detokenizer failed:\n%s", traceback.format_exc())
-        to_frontend.send(ipc.encode(ipc.WorkerFailed("detokenizer", f"{type(exc).__name__}: {exc}")))
-        context.destroy(linger=1000)
-        sys.exit(1)
-    context.destroy(linger=1000)
+        sockets.to_frontend.send(ipc.encode(ipc.Ready("detokenizer")))
+        DetokenizerLoop(table, sockets.inbox, sockets.to_frontend, sockets.to_peer).run()
+
+    run_worker(
+        "detokenizer", config.log_level,
+        inbox=addresses.detokenizer, peer=addresses.scheduler, frontend=addresses.frontend, serve=serve,
+    )  # fmt: skip
 
 
 class DetokenizerLoop:

@@ -2,38 +2,27 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-import traceback
-
 import zmq
 
 from reference_server import ipc
 from reference_server.config import IpcAddresses, ServerConfig
 from reference_server.engine.base import Engine
 from reference_server.scheduler.engine_factory import create_engine
-from reference_server.worker_io import pull_socket, push_socket, setup_worker
-
-log = logging.getLogger("lmrpc.scheduler")
+from reference_server.worker_io import WorkerSockets, run_worker
 
 
 def run_scheduler(config: ServerConfig, addresses: IpcAddresses) -> None:
     """Process entry point."""
-    setup_worker("lmrpc-scheduler", config.log_level)
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    inbox = pull_socket(context, addresses.scheduler)
-    to_detokenizer = push_socket(context, addresses.detokenizer)
-    to_frontend = push_socket(context, addresses.frontend)
-    try:
+
+    def serve(sockets: WorkerSockets) -> None:
         engine = create_engine(config.engine)
-        to_frontend.send(ipc.encode(ipc.Ready("scheduler", engine.info())))
-        SchedulerLoop(engine, inbox, to_detokenizer, to_frontend).run()
-    except Exception as exc:
-        log.error("scheduler failed:\n%s", traceback.format_exc())
-        to_frontend.send(ipc.encode(ipc.WorkerFailed("scheduler", f"{type(exc).__name__}: {exc}")))
-        context.destroy(linger=1000)
-        sys.exit(1)
-    context.destroy(linger=1000)
+        sockets.to_frontend.send(ipc.encode(ipc.Ready("scheduler", engine.info())))
+        SchedulerLoop(engine, sockets.inbox, sockets.to_peer, sockets.to_frontend).run()
+
+    run_worker(
+        "scheduler", config.log_level,
+        inbox=addresses.scheduler, peer=addresses.detokenizer, frontend=addresses.frontend, serve=serve,
+    )  # fmt: skip
 
 
 class SchedulerLoop:

@@ -105,7 +105,12 @@ def test_pause_and_resume(slow_fake_server: ServerProcess) -> None:
         task = asyncio.create_task(
             client.generate(GenerateRequest(text="paused", stopping=StoppingCriteria(max_tokens=3)))
         )
-        await asyncio.sleep(0.3)
+        for _ in range(100):  # until the request has reached the engine
+            load = await client.load()
+            if load.waiting_sequences + load.running_sequences:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # paused: it must still be there, unfinished
         load = await client.load()
         assert load.paused and not task.done() and load.waiting_sequences + load.running_sequences == 1
         await client.control.resume_generation(ResumeGenerationRequest())
