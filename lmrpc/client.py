@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -146,6 +147,18 @@ def _index(output_index: int | None) -> int:
     return output_index
 
 
+def tls_context(
+    ca_file: str | None = None, *, cert_file: str | None = None, key_file: str | None = None
+) -> ssl.SSLContext:
+    """A client TLS context for gRPC: trusts ``ca_file`` (else the system store), offers ALPN h2,
+    and presents ``cert_file``/``key_file`` when the server requires mutual TLS."""
+    context = ssl.create_default_context(cafile=ca_file)
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
 class LmrpcClient:
     """Async client for one server. Use as an async context manager, or call ``close()``."""
 
@@ -155,12 +168,15 @@ class LmrpcClient:
         self.control = ControlServiceStub(channel)
 
     @classmethod
-    def connect(cls, target: str) -> LmrpcClient:
-        """Open a plaintext HTTP/2 channel to ``host:port``."""
+    def connect(cls, target: str, *, tls: ssl.SSLContext | None = None) -> LmrpcClient:
+        """Open an HTTP/2 channel to ``host:port``: plaintext, or TLS with the given context.
+
+        ``tls_context()`` builds a suitable context from a CA file and an optional client certificate.
+        """
         host, sep, port = target.rpartition(":")
         if not sep or not port.isdigit():
             raise ValueError(f"target={target!r} is not host:port")
-        return cls(Channel(host.strip("[]") or "127.0.0.1", int(port)))
+        return cls(Channel(host.strip("[]") or "127.0.0.1", int(port), ssl=tls))
 
     async def __aenter__(self) -> LmrpcClient:
         return self

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import sys
 
-from reference_server.config import EngineOptions, ServerConfig
+from reference_server.config import EngineOptions, ServerConfig, TlsFiles
 from reference_server.models.source import ModelNotFoundError
 
 
@@ -43,7 +43,17 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--ready-file", default=None, help="write the bound port here once serving")
     parser.add_argument("--log-level", default="INFO")
+    tls = parser.add_argument_group("TLS (plaintext HTTP/2 without these)")
+    tls.add_argument("--tls-cert", metavar="FILE", help="server certificate chain (PEM)")
+    tls.add_argument("--tls-key", metavar="FILE", help="private key of --tls-cert (PEM)")
+    tls.add_argument(
+        "--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA (mutual TLS)"
+    )
     args = parser.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.tls_cert:
+        parser.error("--tls-client-ca needs --tls-cert and --tls-key")
     try:
         return ServerConfig(
             host=args.host,
@@ -65,6 +75,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
             drain_timeout_s=args.drain_timeout,
             ready_file=args.ready_file,
             log_level=args.log_level.upper(),
+            tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
         )
     except ValueError as exc:
         parser.error(str(exc))

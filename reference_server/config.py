@@ -89,6 +89,15 @@ class EngineOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files for serving over TLS; with ``client_ca_file`` clients must present a certificate."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 50051  # 0: pick a free port (see ready_file)
@@ -98,6 +107,7 @@ class ServerConfig:
     drain_timeout_s: float = 30.0
     ready_file: str | None = None  # written with the bound port once the server is serving
     log_level: str = "INFO"
+    tls: TlsFiles | None = None  # None: plaintext HTTP/2
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -15,12 +15,13 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 from pathlib import Path
 
 from grpclib.health.service import Health
 from grpclib.server import Server
 
-from reference_server.config import IpcAddresses, ServerConfig
+from reference_server.config import IpcAddresses, ServerConfig, TlsFiles
 from reference_server.detokenizer.process import run_detokenizer
 from reference_server.frontend.context import Engine, FrontendContext, Phase, capabilities_for
 from reference_server.frontend.control import ControlService
@@ -60,11 +61,15 @@ class Frontend:
         self._stop = asyncio.Event()
 
     async def start(self) -> None:
+        tls = _server_tls_context(self.config.tls) if self.config.tls else None
         listener = _bind(self.config.host, self.config.port)
-        await self.server.start(sock=listener)
+        await self.server.start(sock=listener, ssl=tls)
         self.port = listener.getsockname()[1]
         log.info(
-            "listening on %s:%d (health NOT_SERVING until the model is loaded)", self.config.host, self.port
+            "listening on %s:%d%s (health NOT_SERVING until the model is loaded)",
+            self.config.host,
+            self.port,
+            " with TLS" if tls else "",
         )
         self.link.on_failure = self._on_worker_failure
         self.link.start()
@@ -143,6 +148,26 @@ class Frontend:
         self.ctx.failure = message
         self.ctx.set_phase(Phase.FAILED)
         self.table.fail_all(14, message)
+
+
+def _server_tls_context(files: TlsFiles) -> ssl.SSLContext:
+    for name, path in (
+        ("cert", files.cert_file),
+        ("key", files.key_file),
+        ("client CA", files.client_ca_file),
+    ):
+        if path is not None and not Path(path).is_file():
+            raise StartupError(f"TLS {name} file {path} does not exist")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(files.cert_file, files.key_file)
+        if files.client_ca_file:
+            context.load_verify_locations(files.client_ca_file)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(f"cannot load TLS files: {exc}") from None
+    context.set_alpn_protocols(["h2"])  # gRPC runs over HTTP/2 only
+    return context
 
 
 def _bind(host: str, port: int) -> socket.socket:
