@@ -12,6 +12,7 @@ import random
 import re
 import signal
 import time
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -213,6 +214,8 @@ async def run(args: argparse.Namespace) -> int:
             report.results = _not_run(cases, {}, report.aborted or "not run")
         if baseline is not None:
             report.stale = baseline.apply(report.results, registry)
+        if args.write_baseline:
+            _write_baseline(baseline or Baseline(), report, registry, args.write_baseline, console)
         _write_repros(report.results, args.repro_dir)
         if args.json:
             write_json(report, args.json)
@@ -220,6 +223,19 @@ async def run(args: argparse.Namespace) -> int:
             write_junit(report, args.junit)
     render(console, report, verbose=args.verbose, quiet=args.quiet)
     return exit_code(report)
+
+
+def _write_baseline(
+    baseline: Baseline, report: RunReport, registry: Sequence[Case], path: str, console: Console
+) -> None:
+    today = datetime.datetime.now(datetime.UTC).date().isoformat()
+    updated = baseline.updated(report.results, registry, today)
+    try:
+        updated.write(path)
+    except OSError as exc:
+        console.print(f"[red]cannot write the baseline {escape(path)}: {escape(str(exc))}")
+        return
+    console.print(f"wrote {len(updated.entries)} known failure(s) to {escape(path)}")
 
 
 async def replay(args: argparse.Namespace) -> int:

@@ -7,6 +7,10 @@
 
 An entry is stale, and the run exits 4, when it names no case of this harness, or when a case it
 matches ran and passed. Remove stale entries: a baseline only ever shrinks.
+
+``conformance run --write-baseline FILE`` writes the baseline a run calls for: entries that still
+fail kept as they are, stale ones dropped (a glob narrowed to the cases that still fail), and one
+entry per new failure whose reason says what failed, to be replaced by why.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from conformance.registry import Case, matches
 from conformance.results import CaseResult, Verdict
@@ -78,3 +83,56 @@ class Baseline:
                 elif result.verdict is Verdict.PASS:
                     stale.append(f"{entry.case}: {case.id} passes now; remove the entry ({entry.reason})")
         return stale
+
+    def updated(self, results: Sequence[CaseResult], registry: Sequence[Case], recorded: str) -> Baseline:
+        """The baseline this run calls for (``recorded`` dates the entries of new failures)."""
+        by_id = {r.case_id: r for r in results}
+        entries: list[Entry] = []
+        covered: set[str] = set()
+        for entry in self.entries:
+            known = [c for c in registry if matches(entry.case, c)]
+            ran = [by_id[c.id] for c in known if c.id in by_id]
+            failing = [r for r in ran if r.verdict in (Verdict.FAIL, Verdict.XFAIL)]
+            if not known:
+                continue  # names no case any more
+            if any(r.verdict is Verdict.PASS for r in ran):
+                entries += [
+                    Entry(r.case_id, entry.reason, entry.issue) for r in failing if r.case_id not in covered
+                ]
+            else:
+                entries.append(entry)  # still failing, or not run this time: keep it as written
+            covered.update(r.case_id for r in failing)
+        for r in results:
+            if r.verdict is Verdict.FAIL and r.case_id not in covered:
+                why = r.reason or (r.mismatches[0].render() if r.mismatches else "failed")
+                entries.append(Entry(r.case_id, f"recorded {recorded} by --write-baseline: {why}"[:300]))
+                covered.add(r.case_id)
+        return Baseline(entries, self.path)
+
+    def to_toml(self) -> str:
+        lines = [
+            "# Known failures of `conformance run` (see `conformance run --help`, --baseline).",
+            "# Every entry needs a reason; an entry that passes again fails the run until removed.",
+        ]
+        for entry in self.entries:
+            lines += ["", "[[known_failure]]", f"case = {_toml_string(entry.case)}"]
+            lines.append(f"reason = {_toml_string(entry.reason)}")
+            if entry.issue:
+                lines.append(f"issue = {_toml_string(entry.issue)}")
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: str) -> None:
+        Path(path).write_text(self.to_toml(), encoding="utf-8")
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    escaped = []
+    for char in text:
+        if char in ('"', "\\"):
+            escaped.append("\\" + char)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            escaped.append(f"\\u{ord(char):04X}")
+        else:
+            escaped.append(char)
+    return '"' + "".join(escaped) + '"'

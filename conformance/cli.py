@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     _target(run, required=True)
     _selection(run)
     run.add_argument("--baseline", metavar="FILE", help="TOML file of known failures (each with a reason)")
+    run.add_argument(
+        "--write-baseline",
+        metavar="FILE",
+        help="after the run, write the baseline it calls for: still-failing entries kept, stale ones "
+        "dropped, new failures added (may be the --baseline file itself)",
+    )
     run.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
     run.add_argument("--json", metavar="FILE", help="write the JSON report (schema lmrpc-conformance/1) here")
     run.add_argument(

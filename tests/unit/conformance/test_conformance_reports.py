@@ -39,6 +39,42 @@ def test_baseline_turns_known_failures_into_xfail_and_flags_stale_entries(tmp_pa
     assert len(stale) == 3 and any("NO-SUCH-9" in s for s in stale) and any("SVC-3" in s for s in stale)
 
 
+def test_write_baseline_keeps_failing_entries_drops_stale_ones_and_adds_new_failures(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.toml"
+    path.write_text(
+        '[[known_failure]]\ncase = "USAGE-6*"\nreason = "page-granular cache"\nissue = "https://x/1"\n'
+        '[[known_failure]]\ncase = "SVC-3"\nreason = "fixed last week"\n'
+        '[[known_failure]]\ncase = "STREAM-1"\nreason = "not run this time"\n'
+        '[[known_failure]]\ncase = "NO-SUCH-9"\nreason = "renamed"\n'
+    )
+    results = [
+        result("USAGE-6[short]", Verdict.FAIL),
+        result("USAGE-6[long]", Verdict.PASS),
+        result("SVC-3", Verdict.PASS),
+        result("ERR-1[control]", Verdict.FAIL),
+        result("SVC-1", Verdict.PASS),
+    ]
+    results[3].reason = 'status "OK"\nwanted INVALID_ARGUMENT'
+    old = Baseline.load(str(path))
+    old.apply(results, all_cases())
+    new = old.updated(results, all_cases(), "2026-11-23")
+    new.write(str(path))
+    reloaded = Baseline.load(str(path))
+    assert [(e.case, e.reason, e.issue) for e in reloaded.entries] == [
+        ("USAGE-6[short]", "page-granular cache", "https://x/1"),  # the glob narrowed to what still fails
+        ("STREAM-1", "not run this time", ""),
+        (
+            "ERR-1[control]",
+            'recorded 2026-11-23 by --write-baseline: status "OK"\nwanted INVALID_ARGUMENT',
+            "",
+        ),
+    ]
+    # the written baseline, applied to the same results, is exactly right: nothing stale, no FAIL left
+    fresh = [result(r.case_id, Verdict.PASS if r.verdict is Verdict.PASS else Verdict.FAIL) for r in results]
+    assert reloaded.apply(fresh, all_cases()) == []
+    assert {r.case_id for r in fresh if r.verdict is Verdict.XFAIL} == {"USAGE-6[short]", "ERR-1[control]"}
+
+
 @pytest.mark.parametrize(
     "text",
     [
