@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from grpclib.client import Channel
 from grpclib.config import Configuration
 
+from lmrpc.client import tls_context
 from lmrpc.v1 import (
     Capabilities,
     ControlServiceStub,
@@ -35,13 +36,10 @@ class TlsOptions:
     insecure: bool = False  # do not verify the server certificate
 
     def context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=self.ca_file)
+        context = tls_context(self.ca_file, cert_file=self.cert_file, key_file=self.key_file)
         if self.insecure:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        if self.cert_file:
-            context.load_cert_chain(self.cert_file, self.key_file)
-        context.set_alpn_protocols(["h2"])
         return context
 
 
