@@ -7,7 +7,7 @@ import asyncio
 import logging
 import sys
 
-from reference_server.config import EngineOptions, ServerConfig, TlsFiles
+from reference_server.config import EngineOptions, Limits, ServerConfig, TlsFiles
 from reference_server.models.source import ModelNotFoundError
 
 
@@ -39,6 +39,12 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         "--threads", type=int, default=None, help="torch threads (default: all cores but two)"
     )
     parser.add_argument("--no-embedding", action="store_true", help="do not load the embedding model")
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=Limits().max_message_bytes,
+        help="larger request messages get RESOURCE_EXHAUSTED (default: 4 MiB)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=30.0)
     parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--ready-file", default=None, help="write the bound port here once serving")
@@ -71,6 +77,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 embedding=not args.no_embedding,
                 num_threads=args.threads,
             ),
+            limits=Limits(max_message_bytes=args.max_message_bytes),
             startup_timeout_s=args.startup_timeout,
             drain_timeout_s=args.drain_timeout,
             ready_file=args.ready_file,

@@ -48,9 +48,12 @@ class Limits:
     default_temperature: float = 1.0
     max_waiting_requests: int = 4096
     abort_grace_s: float = 5.0  # how long an Abort for a not-yet-seen id is remembered
+    max_message_bytes: int = 4 * 1024 * 1024  # larger request messages: RESOURCE_EXHAUSTED
 
     def __post_init__(self) -> None:
-        for name in ("max_outputs", "max_stop_strings", "default_max_tokens", "max_waiting_requests"):
+        for name in (
+            "max_outputs", "max_stop_strings", "default_max_tokens", "max_waiting_requests", "max_message_bytes",
+        ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if self.max_top_logprobs < 0:

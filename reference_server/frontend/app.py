@@ -23,6 +23,7 @@ from grpclib.server import Server
 
 from reference_server.config import IpcAddresses, ServerConfig, TlsFiles
 from reference_server.detokenizer.process import run_detokenizer
+from reference_server.frontend.codec import SizeLimitedCodec
 from reference_server.frontend.context import Engine, FrontendContext, Phase, capabilities_for
 from reference_server.frontend.control import ControlService
 from reference_server.frontend.engine_link import EngineLink, WorkerUnavailableError
@@ -54,7 +55,10 @@ class Frontend:
         self.ctx = FrontendContext(config, self.table, self.link)
         inference, control = InferenceService(self.ctx), ControlService(self.ctx)
         health = Health({inference: [self.ctx.health], control: [self.ctx.health]})
-        self.server = Server([inference, control, health, *reflection_services([inference, control, health])])
+        self.server = Server(
+            [inference, control, health, *reflection_services([inference, control, health])],
+            codec=SizeLimitedCodec(config.limits.max_message_bytes),
+        )
         answer_unknown_methods(self.server)
         self.processes: dict[str, multiprocessing.process.BaseProcess] = {}
         self.port = 0

@@ -150,6 +150,25 @@ def test_unknown_method_is_unimplemented(fake_server: ServerProcess) -> None:
     assert asyncio.run(body()) == Status.UNIMPLEMENTED
 
 
+def test_oversized_request_messages_are_resource_exhausted(fake_server: ServerProcess) -> None:
+    over = "x" * (4 * 1024 * 1024 + 1)  # the default --max-message-bytes is 4 MiB
+
+    async def body(client: LmrpcClient) -> list[tuple[Status, str]]:
+        answers = []
+        for call in (
+            client.generate(GenerateRequest(text=over)),
+            client.control.tokenize(TokenizeRequest(text=over)),
+            client.inference.embed(EmbedRequest(texts=[over])),
+        ):
+            with pytest.raises(GRPCError) as caught:
+                await call
+            answers.append((caught.value.status, caught.value.message or ""))
+        return answers
+
+    for status, message in run(fake_server.target, body):
+        assert status is Status.RESOURCE_EXHAUSTED and "limit of 4194304 bytes" in message
+
+
 def test_server_keeps_serving_after_bad_requests(fake_server: ServerProcess) -> None:
     result = run(
         fake_server.target,
