@@ -6,7 +6,7 @@ import logging
 
 import torch
 
-from reference_server.engine.attention import create_attention_backend, kv_cache_dtype, resolve_backend
+from reference_server.engine.attention import create_attention_backend, resolve_backend
 from reference_server.engine.batcher import Batcher, BatcherConfig, ScheduledChunk
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.embedding import SentenceEmbedder
@@ -47,7 +47,7 @@ class ModelEngine:
         backend = resolve_backend(config.attention_backend, self.device)
         pool = KVPool(
             num_slots=config.kv_tokens, num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads,
-            head_dim=mc.head_dim, dtype=kv_cache_dtype(backend, self.device, self.dtype), device=self.device,
+            head_dim=mc.head_dim, dtype=self.dtype, device=self.device,
         )  # fmt: skip
         width = -(-mc.max_context_tokens // SLOT_TABLE_WIDTH_MULTIPLE) * SLOT_TABLE_WIDTH_MULTIPLE
         table = SlotTable(max_rows=config.max_running_sequences, max_context_tokens=width, device=self.device)

@@ -20,7 +20,6 @@ __all__ = [
     "BackendName",
     "SeqSpan",
     "create_attention_backend",
-    "kv_cache_dtype",
     "resolve_backend",
 ]
 
@@ -33,14 +32,6 @@ def resolve_backend(name: str, device: torch.device) -> Literal["sdpa", "flashin
     if name == "flashinfer":
         return "flashinfer"
     raise ValueError(f"attention_backend={name!r} must be one of auto, sdpa, flashinfer")
-
-
-def kv_cache_dtype(
-    backend: Literal["sdpa", "flashinfer"], device: torch.device, model_dtype: torch.dtype
-) -> torch.dtype:
-    """The sdpa backend does its math in float32; on CPU, storing K/V as float32 (an exact
-    widening of the model's values) saves an upcast copy of every gathered key per layer."""
-    return torch.float32 if backend == "sdpa" and device.type == "cpu" else model_dtype
 
 
 def create_attention_backend(
