@@ -91,10 +91,10 @@ class Baseline:
         covered: set[str] = set()
         for entry in self.entries:
             known = [c for c in registry if matches(entry.case, c)]
-            ran = [by_id[c.id] for c in known if c.id in by_id]
-            failing = [r for r in ran if r.verdict in (Verdict.FAIL, Verdict.XFAIL)]
             if not known:
                 continue  # names no case any more
+            ran = [by_id[c.id] for c in known if c.id in by_id]
+            failing = [r for r in ran if r.verdict in (Verdict.FAIL, Verdict.XFAIL)]
             if any(r.verdict is Verdict.PASS for r in ran):
                 entries += [
                     Entry(r.case_id, entry.reason, entry.issue) for r in failing if r.case_id not in covered
