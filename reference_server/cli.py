@@ -45,6 +45,31 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         default=Limits().max_message_bytes,
         help="larger request messages get RESOURCE_EXHAUSTED (default: 4 MiB)",
     )
+    parser.add_argument(
+        "--max-abort-ids",
+        type=int,
+        default=Limits().max_abort_request_ids,
+        help="the most request ids one Abort may name",
+    )
+    parser.add_argument(
+        "--max-parked-tokens",
+        type=int,
+        default=Limits().max_parked_tokens,
+        help="tokens kept for a stream whose client does not read before its generation is held",
+    )
+    parser.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=Limits().stall_timeout_s,
+        metavar="SECONDS",
+        help="abort a request whose client read nothing for this long (0: never; default 30)",
+    )
+    parser.add_argument(
+        "--max-worker-restarts",
+        type=int,
+        default=ServerConfig().max_worker_restarts,
+        help="restart the workers this many times in a row after one dies (0: exit non-zero instead)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=30.0)
     parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--ready-file", default=None, help="write the bound port here once serving")
@@ -54,6 +79,12 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     tls.add_argument("--tls-key", metavar="FILE", help="private key of --tls-cert (PEM)")
     tls.add_argument(
         "--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA (mutual TLS)"
+    )
+    parser.add_argument(
+        "--auth",
+        metavar="FILE",
+        help="require credentials: a file of 'CREDENTIAL ROLE' lines (bearer tokens or cert:COMMON_NAME; "
+        "roles client, admin)",
     )
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -77,12 +108,19 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 embedding=not args.no_embedding,
                 num_threads=args.threads,
             ),
-            limits=Limits(max_message_bytes=args.max_message_bytes),
+            limits=Limits(
+                max_message_bytes=args.max_message_bytes,
+                max_abort_request_ids=args.max_abort_ids,
+                max_parked_tokens=args.max_parked_tokens,
+                stall_timeout_s=args.stall_timeout,
+            ),
             startup_timeout_s=args.startup_timeout,
             drain_timeout_s=args.drain_timeout,
             ready_file=args.ready_file,
             log_level=args.log_level.upper(),
             tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
+            auth_file=args.auth,
+            max_worker_restarts=args.max_worker_restarts,
         )
     except ValueError as exc:
         parser.error(str(exc))
@@ -93,7 +131,7 @@ async def serve(config: ServerConfig) -> int:
 
     try:
         frontend = Frontend(config)
-    except ModelNotFoundError as exc:
+    except (ModelNotFoundError, StartupError) as exc:
         logging.getLogger("lmrpc").error("%s", exc)
         return 2
     try:
@@ -106,7 +144,7 @@ async def serve(config: ServerConfig) -> int:
         await frontend.run_until_stopped()
     finally:
         await frontend.close()
-    return 0
+    return frontend.exit_code
 
 
 def main(argv: list[str] | None = None) -> None:

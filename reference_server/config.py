@@ -49,15 +49,24 @@ class Limits:
     max_waiting_requests: int = 4096
     abort_grace_s: float = 5.0  # how long an Abort for a not-yet-seen id is remembered
     max_message_bytes: int = 4 * 1024 * 1024  # larger request messages: RESOURCE_EXHAUSTED
+    max_abort_request_ids: int = 4096  # ids one Abort may name
+    # Backpressure (FLOW-1/FLOW-2): tokens kept for a client that does not read before its
+    # request is held in the engine, and how long a response may wait before the request is
+    # aborted (0: never). Parked memory is at most max_waiting_requests * max_parked_tokens tokens.
+    max_parked_tokens: int = 256
+    stall_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in (
             "max_outputs", "max_stop_strings", "default_max_tokens", "max_waiting_requests", "max_message_bytes",
+            "max_abort_request_ids", "max_parked_tokens",
         ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if self.max_top_logprobs < 0:
             raise ValueError(f"max_top_logprobs={self.max_top_logprobs} must be >= 0")
+        if self.stall_timeout_s < 0 or self.abort_grace_s < 0:
+            raise ValueError("stall_timeout_s and abort_grace_s must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +120,13 @@ class ServerConfig:
     ready_file: str | None = None  # written with the bound port once the server is serving
     log_level: str = "INFO"
     tls: TlsFiles | None = None  # None: plaintext HTTP/2
+    auth_file: str | None = None  # None: no authentication (see frontend/edge/auth.py)
+    max_worker_restarts: int = 3  # consecutive restarts after a worker dies; 0: exit instead
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port={self.port} must be in [0, 65535]")
+        if self.max_worker_restarts < 0:
+            raise ValueError(f"max_worker_restarts={self.max_worker_restarts} must be >= 0")
         if self.startup_timeout_s <= 0 or self.drain_timeout_s < 0:
             raise ValueError("startup_timeout_s must be > 0 and drain_timeout_s >= 0")

@@ -132,6 +132,14 @@ class EmbedTexts(msgspec.Struct, frozen=True, tag="embed"):
     texts: list[str]
 
 
+class SetHeld(msgspec.Struct, frozen=True, tag="set_held"):
+    """Hold (or release) a request's outputs: held sequences keep their KV cache and batch rows
+    but take no part in steps, because the client is not reading what they made (FLOW-1)."""
+
+    rid: str
+    held: bool
+
+
 class Shutdown(msgspec.Struct, frozen=True, tag="shutdown"):
     """Stop the receiving process's loop and exit."""
 
@@ -147,7 +155,15 @@ class FinishOutput(msgspec.Struct, frozen=True, tag="finish_output"):
 
 
 SCHEDULER_INBOX = (
-    SubmitRequest | AbortRequests | FinishOutput | QueryLoad | FlushCache | SetPaused | EmbedTexts | Shutdown
+    SubmitRequest
+    | AbortRequests
+    | FinishOutput
+    | SetHeld
+    | QueryLoad
+    | FlushCache
+    | SetPaused
+    | EmbedTexts
+    | Shutdown
 )
 
 # ── scheduler → detokenizer ─────────────────────────────────────────────────────────────────
@@ -254,7 +270,18 @@ class WorkerFailed(msgspec.Struct, frozen=True, tag="worker_failed"):
     message: str
 
 
-FRONTEND_INBOX = OutputBatch | Ready | LoadReply | FlushReply | PausedReply | EmbedReply | WorkerFailed
+class RequestFailed(msgspec.Struct, frozen=True, tag="request_failed"):
+    """A worker could not process one request (it holds no state for it any more); the frontend
+    ends that request's stream with a RequestError and every other request goes on."""
+
+    rid: str
+    process: str
+    message: str
+
+
+FRONTEND_INBOX = (
+    OutputBatch | Ready | LoadReply | FlushReply | PausedReply | EmbedReply | WorkerFailed | RequestFailed
+)
 
 
 # ── codec ───────────────────────────────────────────────────────────────────────────────────
@@ -264,6 +291,16 @@ _encoder = msgspec.msgpack.Encoder()
 
 def encode(message: msgspec.Struct) -> bytes:
     return _encoder.encode(message)
+
+
+def rid_of(frame: bytes) -> str | None:
+    """The ``rid`` of a frame that its receiver's typed decoder refused, if one can be read."""
+    try:
+        value = msgspec.msgpack.decode(frame)
+    except msgspec.DecodeError:
+        return None
+    rid = value.get("rid") if isinstance(value, dict) else None
+    return rid if isinstance(rid, str) else None
 
 
 scheduler_decoder = msgspec.msgpack.Decoder(SCHEDULER_INBOX)

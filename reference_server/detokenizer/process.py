@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import msgspec
 import zmq
 
 from reference_server import ipc
@@ -11,6 +14,8 @@ from reference_server.detokenizer.state import RequestText
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import load_tokenizer
 from reference_server.worker_io import WorkerSockets, run_worker
+
+log = logging.getLogger("lmrpc.detokenizer")
 
 
 def run_detokenizer(config: ServerConfig, addresses: IpcAddresses) -> None:
@@ -44,15 +49,36 @@ class DetokenizerLoop:
 
     def run(self) -> None:
         while True:
-            message = ipc.detokenizer_decoder.decode(self.inbox.recv())
+            frame = self.inbox.recv()
+            try:
+                message = ipc.detokenizer_decoder.decode(frame)
+            except msgspec.DecodeError as exc:
+                rid = ipc.rid_of(frame)
+                log.error("undecodable message for request %s: %s", rid, exc)
+                if rid is not None:
+                    self._fail(rid, f"the detokenizer could not decode the request: {exc}")
+                continue
             if isinstance(message, ipc.Shutdown):
                 return
             if isinstance(message, ipc.RegisterRequest):
-                self.requests[message.rid] = RequestText.create(
-                    self.table, message.rid, message.num_outputs, message.detokenize
-                )
+                self._register(message)
             else:
                 self._process(message.outputs)
+
+    def _register(self, message: ipc.RegisterRequest) -> None:
+        try:
+            self.requests[message.rid] = RequestText.create(
+                self.table, message.rid, message.num_outputs, message.detokenize
+            )
+        except Exception as exc:
+            log.exception("cannot detokenize request %s", message.rid)
+            self._fail(message.rid, f"the detokenizer could not take the request: {exc}")
+
+    def _fail(self, rid: str, message: str) -> None:
+        """One request failed here: stop it in the engine, end its stream, keep serving the rest."""
+        self.requests.pop(rid, None)
+        self.to_scheduler.send(ipc.encode(ipc.AbortRequests([rid])))
+        self.to_frontend.send(ipc.encode(ipc.RequestFailed(rid, "detokenizer", message)))
 
     def _process(self, outputs: list[ipc.SequenceOutput]) -> None:
         events = []
@@ -60,7 +86,12 @@ class DetokenizerLoop:
             request = self.requests.get(step.rid)
             if request is None:
                 continue  # the request already ended (e.g. a stop string matched)
-            event, stop_engine = request.process(step)
+            try:
+                event, stop_engine = request.process(step)
+            except Exception as exc:
+                log.exception("cannot detokenize output %d of request %s", step.output_index, step.rid)
+                self._fail(step.rid, f"the detokenizer failed on the request's output: {exc}")
+                continue
             if event is not None:
                 events.append(event)
             if stop_engine:

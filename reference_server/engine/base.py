@@ -38,6 +38,12 @@ class Engine(Protocol):
         """The detokenizer ended this output (stop string). Free it and emit nothing more for it."""
         ...
 
+    def set_held(self, rid: str, held: bool) -> None:
+        """Hold or release a request group: while held, its outputs keep their KV cache and batch
+        rows but take no part in steps (its client is not reading, FLOW-1). Unknown rids are
+        ignored; an abort or finish of a held group works as usual."""
+        ...
+
     def step(self) -> list[SequenceOutput]:
         """Run one scheduling step. Each running output that produced a token gets one
         SequenceOutput; an output's last SequenceOutput carries its Finish. The first output
@@ -45,7 +51,9 @@ class Engine(Protocol):
         ...
 
     def has_work(self) -> bool:
-        """Whether ``step()`` would make progress (something waiting or running)."""
+        """Whether ``step()`` could make progress: something running and not held, or waiting
+        that a step might admit (False after a step that could neither run nor admit anything,
+        until a request arrives, ends or is released)."""
         ...
 
     def load(self, *, paused: bool) -> EngineLoad:

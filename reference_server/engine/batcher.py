@@ -56,12 +56,14 @@ class Batcher:
         self.admission = admission
         self.waiting: deque[RequestGroup] = deque()
         self.running: dict[str, RequestGroup] = {}
+        self.held: set[str] = set()  # running groups whose client is not reading (FLOW-1)
 
     def add(self, group: RequestGroup) -> None:
         self.waiting.append(group)
 
     def pop(self, rid: str) -> RequestGroup | None:
         """Remove a group, waiting or running."""
+        self.held.discard(rid)
         group = self.running.pop(rid, None)
         if group is not None:
             return group
@@ -79,15 +81,25 @@ class Batcher:
     def num_waiting_sequences(self) -> int:
         return sum(g.request.num_outputs for g in self.waiting)
 
+    def set_held(self, rid: str, held: bool) -> None:
+        if held and rid in self.running:
+            self.held.add(rid)
+        else:
+            self.held.discard(rid)
+
+    def has_runnable(self) -> bool:
+        return bool(self.waiting) or len(self.held) < len(self.running)
+
     def schedule(self) -> list[ScheduledChunk]:
         budget = self.config.max_batch_tokens
         chunks: list[ScheduledChunk] = []
-        for group in self.running.values():
+        active = [g for rid, g in self.running.items() if rid not in self.held]
+        for group in active:
             if group.forked:
                 for seq in group.active_outputs():
                     chunks.append(ScheduledChunk.next_for(seq, 1))
         budget -= len(chunks)  # >= 0: max_batch_tokens >= max_running_sequences
-        for group in self.running.values():
+        for group in active:
             if not group.forked and budget > 0:
                 chunk = self._prefill_chunk(group, budget)
                 chunks.append(chunk)

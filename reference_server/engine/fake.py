@@ -92,6 +92,8 @@ class FakeEngine:
         self._tokenize = tokenize
         self._waiting: OrderedDict[str, _Group] = OrderedDict()
         self._running: OrderedDict[str, _Group] = OrderedDict()
+        self._held: set[str] = set()  # running groups whose client is not reading (FLOW-1)
+        self._stuck = False  # the last step could neither run nor admit anything
         self._prefixes: OrderedDict[int, None] = OrderedDict()  # prefix hash -> (LRU order)
         self._token_vectors: dict[int, list[float]] = {}
 
@@ -121,8 +123,11 @@ class FakeEngine:
             for i in range(request.num_outputs)
         ]
         self._waiting[request.rid] = _Group(request, _hash_ids(request.prompt_ids), outputs)
+        self._stuck = False
 
     def abort_request(self, rid: str) -> list[SequenceOutput]:
+        self._held.discard(rid)
+        self._stuck = False
         group = self._waiting.pop(rid, None) or self._running.pop(rid, None)
         if group is None:
             return []
@@ -133,20 +138,33 @@ class FakeEngine:
         ]
 
     def finish_output(self, rid: str, output_index: int) -> None:
+        self._stuck = False
         group = self._running.get(rid)
         if group is not None:
             group.outputs[output_index].finished = True
             self._retire_if_done(group)
 
+    def set_held(self, rid: str, held: bool) -> None:
+        self._stuck = False
+        if held and rid in self._running:
+            self._held.add(rid)
+        else:
+            self._held.discard(rid)
+
     def has_work(self) -> bool:
-        return bool(self._waiting or self._running)
+        runnable = bool(self._waiting) or len(self._held) < len(self._running)
+        return runnable and not self._stuck
 
     def step(self) -> list[SequenceOutput]:
         self._admit()
+        active = [g for rid, g in self._running.items() if rid not in self._held]
+        if not active:
+            self._stuck = True
+            return []
         if self.config.token_delay_s:
             time.sleep(self.config.token_delay_s)
         results: list[SequenceOutput] = []
-        for group in list(self._running.values()):
+        for group in active:
             for out in group.outputs:
                 if not out.finished:
                     results.append(self._decode_one(group, out))
@@ -169,6 +187,7 @@ class FakeEngine:
         )
 
     def flush_cache(self) -> int:
+        self._stuck = False
         released = len(self._prefixes)
         self._prefixes.clear()
         return released
@@ -295,6 +314,7 @@ class FakeEngine:
     def _retire_if_done(self, group: _Group) -> None:
         if all(o.finished for o in group.outputs):
             self._running.pop(group.request.rid, None)
+            self._held.discard(group.request.rid)
 
     def _token_vector(self, token_id: int) -> list[float]:
         vector = self._token_vectors.get(token_id)

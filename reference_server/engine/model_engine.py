@@ -59,6 +59,7 @@ class ModelEngine:
         self.batcher = Batcher(BatcherConfig(config.max_batch_tokens, config.max_running_sequences), self.kv)
         self.embedder = SentenceEmbedder(device=self.device) if config.load_embedding_model else None
         self._rejected: list[SequenceOutput] = []
+        self._stuck = False  # the last step could neither run nor admit anything
         log.info(
             "model engine: %s on %s (%s), attention %s, %d KV slots",
             config.source.model_id, self.device, self.dtype, self.attention.name, config.kv_tokens,
@@ -105,8 +106,10 @@ class ModelEngine:
             ]
             return
         self.batcher.add(group)
+        self._stuck = False
 
     def abort_request(self, rid: str) -> list[SequenceOutput]:
+        self._stuck = False
         rejected = [o for o in self._rejected if o.rid == rid]
         if rejected:
             self._rejected = [o for o in self._rejected if o.rid != rid]
@@ -123,6 +126,7 @@ class ModelEngine:
         return outputs
 
     def finish_output(self, rid: str, output_index: int) -> None:
+        self._stuck = False
         group = self.batcher.running.get(rid)
         if group is None or not group.forked or not 0 <= output_index < len(group.outputs):
             return
@@ -131,13 +135,18 @@ class ModelEngine:
             self.kv.release(seq)
             self._retire_if_done(group)
 
+    def set_held(self, rid: str, held: bool) -> None:
+        self.batcher.set_held(rid, held)
+        self._stuck = False
+
     def has_work(self) -> bool:
-        return bool(self.batcher.waiting or self.batcher.running or self._rejected)
+        return bool(self._rejected) or (self.batcher.has_runnable() and not self._stuck)
 
     def step(self) -> list[SequenceOutput]:
         results, self._rejected = self._rejected, []
         chunks = self.batcher.schedule()
         if not chunks:
+            self._stuck = True
             return results
         running = self.batcher.running
         slots = self.kv.alloc([(running[c.seq.rid], c.num_tokens) for c in chunks])
@@ -164,6 +173,7 @@ class ModelEngine:
         )
 
     def flush_cache(self) -> int:
+        self._stuck = False
         return self.kv.flush()
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
@@ -240,5 +250,5 @@ class ModelEngine:
 
     def _retire_if_done(self, group: RequestGroup) -> None:
         if group.done:
-            self.batcher.running.pop(group.rid, None)
+            self.batcher.pop(group.rid)
             self.kv.finish_group(group)

@@ -1,44 +1,50 @@
-"""The frontend process: gRPC server, worker processes, startup, drain and shutdown.
+"""The frontend process: gRPC server, worker processes, startup, recovery, drain and shutdown.
 
 Startup order: bind the gRPC port first (a port in use fails at once, with health NOT_SERVING
 served while the model loads), then spawn the scheduler and detokenizer, wait for both to say
 Ready, load the tokenizer, and only then turn health SERVING.
+
+If a worker dies, every stream in flight ends with RequestError(UNAVAILABLE) (LIFE-2), health
+turns NOT_SERVING and fresh workers are started, with backoff, up to ``--max-worker-restarts``
+times in a row; health is SERVING again once they are ready. With no restart left the process
+exits with status 1 within a second, for its supervisor to restart it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
-import multiprocessing.process
 import os
-import shutil
 import signal
 import socket
 import ssl
+import time
 from pathlib import Path
 
+from grpclib import Status
 from grpclib.health.service import Health
 from grpclib.server import Server
 
-from reference_server.config import IpcAddresses, ServerConfig, TlsFiles
-from reference_server.detokenizer.process import run_detokenizer
-from reference_server.frontend.codec import SizeLimitedCodec
+from lmrpc import descriptor_set_path
+from reference_server.config import ServerConfig, TlsFiles
 from reference_server.frontend.context import Engine, FrontendContext, Phase, capabilities_for
-from reference_server.frontend.control import ControlService
-from reference_server.frontend.engine_link import EngineLink, WorkerUnavailableError
+from reference_server.frontend.control import ADMIN_METHODS, ControlService
+from reference_server.frontend.edge.auth import Credentials, CredentialsError
+from reference_server.frontend.edge.decoding import StrictDecoder
+from reference_server.frontend.edge.guard import EdgeGuard, EdgePolicy
+from reference_server.frontend.engine_link import WorkerUnavailableError
 from reference_server.frontend.inference import InferenceService
 from reference_server.frontend.reflection import reflection_services
-from reference_server.frontend.requests import RequestTable
-from reference_server.frontend.unknown_methods import answer_unknown_methods
+from reference_server.frontend.requests import FlowHooks, RequestTable
+from reference_server.frontend.workers import WorkerSet
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import load_tokenizer
-from reference_server.scheduler.process import run_scheduler
 
 log = logging.getLogger("lmrpc.frontend")
 
-WORKERS = ("scheduler", "detokenizer")
 AFTER_ABORT_GRACE_S = 2.0
+RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+STABLE_AFTER_S = 60.0  # workers serving this long make the next failure count as the first
 
 
 class StartupError(RuntimeError):
@@ -49,20 +55,32 @@ class Frontend:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.source = resolve_model(config.engine.model_path)  # fails fast if the model is missing
-        self.addresses = IpcAddresses.create()
-        self.table = RequestTable(config.limits.abort_grace_s)
-        self.link = EngineLink(self.addresses, self.table)
-        self.ctx = FrontendContext(config, self.table, self.link)
+        credentials = _load_credentials(config.auth_file)
+        limits = config.limits
+        hooks = FlowHooks(
+            hold=lambda rid: self.ctx.link.set_held(rid, True),
+            release=lambda rid: self.ctx.link.set_held(rid, False),
+            max_parked_tokens=limits.max_parked_tokens,
+        )
+        self.table = RequestTable(limits.abort_grace_s, hooks)
+        self.workers = WorkerSet(config, self.table, self._on_worker_failure)
+        self.ctx = FrontendContext(config, self.table, self.workers.link)
         inference, control = InferenceService(self.ctx), ControlService(self.ctx)
         health = Health({inference: [self.ctx.health], control: [self.ctx.health]})
-        self.server = Server(
-            [inference, control, health, *reflection_services([inference, control, health])],
-            codec=SizeLimitedCodec(config.limits.max_message_bytes),
+        self.server = Server([inference, control, health, *reflection_services([inference, control, health])])
+        policy = EdgePolicy(
+            max_message_bytes=limits.max_message_bytes,
+            stall_timeout_s=limits.stall_timeout_s,
+            credentials=credentials,
+            admin_methods=ADMIN_METHODS,
         )
-        answer_unknown_methods(self.server)
-        self.processes: dict[str, multiprocessing.process.BaseProcess] = {}
+        EdgeGuard(policy, StrictDecoder([descriptor_set_path().read_bytes()])).install(self.server)
         self.port = 0
+        self.exit_code = 0
         self._stop = asyncio.Event()
+        self._restarts = 0
+        self._serving_since = 0.0
+        self._recovery: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         tls = _server_tls_context(self.config.tls) if self.config.tls else None
@@ -75,17 +93,13 @@ class Frontend:
             self.port,
             " with TLS" if tls else "",
         )
-        self.link.on_failure = self._on_worker_failure
-        self.link.start()
-        self._spawn_workers()
         try:
-            info = await asyncio.wait_for(self.link.wait_ready(WORKERS), self.config.startup_timeout_s)
+            info = await self.workers.start(self.config.startup_timeout_s)
         except WorkerUnavailableError as exc:
             raise StartupError(str(exc)) from None
-        except TimeoutError:
-            raise StartupError(f"workers not ready after {self.config.startup_timeout_s} s") from None
         tokenizer = await asyncio.to_thread(load_tokenizer, self.source)
         self.ctx.engine = Engine(info, tokenizer, capabilities_for(info, tokenizer, self.config))
+        self._serving_since = time.monotonic()
         self.ctx.set_phase(Phase.SERVING)
         log.info("serving %s on %s:%d", info.model_id, self.config.host, self.port)
         if self.config.ready_file:
@@ -99,59 +113,84 @@ class Frontend:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         await self._stop.wait()
-        await self.drain()
+        if self.ctx.phase is Phase.SERVING:
+            await self.drain()
 
     async def drain(self) -> None:
         """Refuse new requests, let streams in flight finish, then abort what is left (LIFE-1)."""
-        if self.ctx.phase is not Phase.FAILED:
-            self.ctx.set_phase(Phase.DRAINING)
+        self.ctx.set_phase(Phase.DRAINING)
         log.info("draining %d request(s)", len(self.table))
         try:
             await asyncio.wait_for(self.ctx.idle.wait(), self.config.drain_timeout_s)
         except TimeoutError:
             log.warning("drain timeout: aborting %d request(s)", len(self.table))
-            self.link.abort([s.rid for s in self.table.states() if s.submitted])
+            self.ctx.link.abort([s.rid for s in self.table.states() if s.submitted])
             for state in self.table.states():
                 state.abort_requested = True
             try:
                 await asyncio.wait_for(self.ctx.idle.wait(), AFTER_ABORT_GRACE_S)
             except TimeoutError:
-                self.table.fail_all(14, "the server shut down")
+                self.table.fail_all(Status.UNAVAILABLE.value, "the server shut down")
 
     async def close(self) -> None:
+        if self._recovery is not None:
+            self._recovery.cancel()
         if self.port:
             self.server.close()
             await self.server.wait_closed()
-        self.link.shutdown_workers()
-        for process in self.processes.values():
-            await asyncio.to_thread(process.join, 10.0)
-            if process.is_alive():
-                process.kill()
-        self.link.close()
-        shutil.rmtree(self.addresses.folder, ignore_errors=True)
-
-    def _spawn_workers(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        loop = asyncio.get_running_loop()
-        for name, target in (("scheduler", run_scheduler), ("detokenizer", run_detokenizer)):
-            process = context.Process(
-                target=target, args=(self.config, self.addresses), name=f"lmrpc-{name}", daemon=True
-            )
-            process.start()
-            self.processes[name] = process
-            loop.add_reader(process.sentinel, self._on_worker_exit, name)
-
-    def _on_worker_exit(self, name: str) -> None:
-        process = self.processes[name]
-        asyncio.get_running_loop().remove_reader(process.sentinel)
-        if self.ctx.phase is not Phase.DRAINING or process.exitcode != 0:
-            self.link.fail(f"the {name} process exited (code {process.exitcode})")
+        await self.workers.stop()
 
     def _on_worker_failure(self, message: str) -> None:
         log.error("%s: failing %d request(s) in flight", message, len(self.table))
         self.ctx.failure = message
-        self.ctx.set_phase(Phase.FAILED)
-        self.table.fail_all(14, message)
+        self.table.fail_all(Status.UNAVAILABLE.value, message)
+        if self.ctx.phase in (Phase.STARTING, Phase.DRAINING):
+            self.ctx.set_phase(Phase.FAILED)  # start-up reports it; a drain just ends
+            return
+        if self._recovery is not None and not self._recovery.done():
+            return  # fresh workers failed while starting: the recovery loop goes on
+        if time.monotonic() - self._serving_since > STABLE_AFTER_S:
+            self._restarts = 0
+        self.ctx.set_phase(Phase.RECOVERING)
+        self._recovery = asyncio.get_running_loop().create_task(self._recover(), name="lmrpc-recovery")
+
+    async def _recover(self) -> None:
+        """Replace the workers, with backoff, until they serve or no restart is left."""
+        while True:
+            if self._restarts >= self.config.max_worker_restarts:
+                log.error("no worker restart left (--max-worker-restarts %d): exiting",
+                          self.config.max_worker_restarts)  # fmt: skip
+                self.ctx.set_phase(Phase.FAILED)
+                self.exit_code = 1
+                self._stop.set()
+                return
+            backoff = RESTART_BACKOFF_S[min(self._restarts, len(RESTART_BACKOFF_S) - 1)]
+            self._restarts += 1
+            log.warning("restarting the workers in %.1f s (restart %d of at most %d in a row)",
+                        backoff, self._restarts, self.config.max_worker_restarts)  # fmt: skip
+            await self.workers.stop()
+            await asyncio.sleep(backoff)
+            self.workers = WorkerSet(self.config, self.table, self._on_worker_failure)
+            self.ctx.link = self.workers.link
+            try:
+                await self.workers.start(self.config.startup_timeout_s)
+            except WorkerUnavailableError as exc:
+                log.error("the restarted workers did not start: %s", exc)
+                continue
+            self.ctx.failure = None
+            self._serving_since = time.monotonic()
+            self.ctx.set_phase(Phase.SERVING)
+            log.info("workers restarted; serving again")
+            return
+
+
+def _load_credentials(path: str | None) -> Credentials | None:
+    if path is None:
+        return None
+    try:
+        return Credentials.load(path)
+    except CredentialsError as exc:
+        raise StartupError(str(exc)) from None
 
 
 def _server_tls_context(files: TlsFiles) -> ssl.SSLContext:

@@ -11,7 +11,14 @@ from grpclib import GRPCError, Status
 from grpclib.health.check import ServiceStatus
 
 from lmrpc import CONTRACT_REVISION
-from lmrpc.v1 import Capabilities, EffectiveDefaults, EmbeddingModelInfo, ModelInfo, ServerInfo
+from lmrpc.v1 import (
+    Capabilities,
+    EffectiveDefaults,
+    EmbeddingModelInfo,
+    ModelInfo,
+    ServerInfo,
+    ServerLimits,
+)
 from reference_server.config import ServerConfig
 from reference_server.frontend.engine_link import EngineLink
 from reference_server.frontend.requests import RequestTable
@@ -24,8 +31,9 @@ SERVER_NAME = "lmrpc-reference"
 class Phase(enum.Enum):
     STARTING = "starting"
     SERVING = "serving"
+    RECOVERING = "recovering"  # a worker died: in-flight requests failed, fresh workers starting
     DRAINING = "draining"
-    FAILED = "failed"  # a worker process died or reported an unrecoverable error
+    FAILED = "failed"  # a worker died and no restart is left: the process is about to exit
 
 
 @dataclass
@@ -65,6 +73,7 @@ class FrontendContext:
             return self.engine
         reason = {
             Phase.STARTING: "the server is starting",
+            Phase.RECOVERING: f"the server is restarting its workers after a failure: {self.failure}",
             Phase.DRAINING: "the server is shutting down",
             Phase.FAILED: f"the server has failed: {self.failure}",
         }.get(self.phase, "the server is not ready")
@@ -72,19 +81,27 @@ class FrontendContext:
 
     def ready_engine(self) -> Engine:
         """The engine for read-only RPCs, which keep working while draining."""
-        if self.engine is None or self.phase is Phase.FAILED:
+        if self.engine is None or self.phase in (Phase.FAILED, Phase.RECOVERING):
             return self.serving_engine()
         return self.engine
 
     def server_info(self) -> ServerInfo:
         from lmrpc import __version__
 
+        limits = self.config.limits
         return ServerInfo(
             server_name=SERVER_NAME,
             server_version=__version__,
             contract_revision=CONTRACT_REVISION,
             capabilities=self.engine.capabilities if self.engine else Capabilities(),
             uptime_seconds=time.monotonic() - self.started_at,
+            limits=ServerLimits(
+                max_message_bytes=limits.max_message_bytes,
+                abort_grace_seconds=limits.abort_grace_s,
+                max_parked_tokens=limits.max_parked_tokens,
+                stall_timeout_seconds=limits.stall_timeout_s,
+                max_abort_request_ids=limits.max_abort_request_ids,
+            ),
         )
 
 
@@ -109,6 +126,7 @@ def capabilities_for(info: EngineInfo, tokenizer: TokenizerBundle, config: Serve
         admin=True,
         final_only=True,
         max_stop_strings=limits.max_stop_strings,
+        authentication=config.auth_file is not None,
     )
 
 

@@ -35,8 +35,16 @@ from lmrpc.v1 import (
 )
 from reference_server import ipc
 from reference_server.frontend.context import FrontendContext, model_info_for
+from reference_server.frontend.edge.call import current_call
 from reference_server.frontend.engine_link import Reply, WorkerUnavailableError
+from reference_server.frontend.requests import RequestState
 from reference_server.frontend.validation import invalid
+
+#: RPCs that need the admin role when authentication is on (AUTH-2). Abort of all requests does
+#: too; that is checked in ``abort``, since Abort by id is open to every client.
+ADMIN_METHODS = frozenset(
+    f"/lmrpc.v1.ControlService/{name}" for name in ("FlushCache", "PauseGeneration", "ResumeGeneration")
+)
 
 
 class ControlService(ControlServiceBase):
@@ -68,28 +76,43 @@ class ControlService(ControlServiceBase):
         )
 
     async def abort(self, message: AbortRequest) -> AbortResponse:
+        principal = current_call().principal
         target, _ = betterproto2.which_one_of(message, "target")
         table = self.ctx.table
         if target == "all":
-            request_ids = [state.request_id for state in table.states()]
-        elif target == "request_ids" and message.request_ids is not None and message.request_ids.ids:
-            request_ids = list(dict.fromkeys(message.request_ids.ids))
-        else:
+            if not principal.is_admin:
+                raise GRPCError(Status.PERMISSION_DENIED, "Abort of all requests needs the admin role")
+            states = [s for s in table.states() if not s.complete and not s.abort_requested]
+            outcomes = [AbortOutcome(request_id=s.request_id, status=AbortStatus.ABORTED) for s in states]
+            self._abort(states)
+            return AbortResponse(outcomes=outcomes)
+        if target != "request_ids" or message.request_ids is None or not message.request_ids.ids:
             raise invalid("target: set request_ids (with at least one id) or all")
-        outcomes, rids = [], []
-        for request_id in request_ids:
-            state = table.get(request_id)
-            if state is None or state.complete:
-                table.remember_abort(request_id)  # a Generate arriving soon with this id loses (ABORT-6)
+        limit = self.ctx.config.limits.max_abort_request_ids
+        if len(message.request_ids.ids) > limit:
+            raise invalid(f"request_ids.ids has {len(message.request_ids.ids)} entries; at most {limit}")
+        outcomes = []
+        for request_id in dict.fromkeys(message.request_ids.ids):
+            visible = table.visible(principal.name, request_id, any_owner=principal.is_admin)
+            live = [s for s in visible if not s.complete and not s.abort_requested]
+            if not live:
+                if not visible:
+                    table.remember_abort(principal.name, request_id)  # ABORT-6
                 outcomes.append(AbortOutcome(request_id=request_id, status=AbortStatus.NOT_IN_FLIGHT))
                 continue
-            if state.submitted:
-                rids.append(state.rid)
-            else:
-                state.abort_requested = True
+            self._abort(live)
             outcomes.append(AbortOutcome(request_id=request_id, status=AbortStatus.ABORTED))
-        self.ctx.link.abort(rids)
         return AbortResponse(outcomes=outcomes)
+
+    def _abort(self, states: list[RequestState]) -> None:
+        """Mark requests aborted; those already in the engine get aborted there, the others end
+        with aborted finishes as soon as they are accepted."""
+        for state in states:
+            state.abort_requested = True
+        try:
+            self.ctx.link.abort([s.rid for s in states if s.submitted])
+        except WorkerUnavailableError as exc:
+            raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
 
     async def tokenize(self, message: TokenizeRequest) -> TokenizeResponse:
         engine = self.ctx.ready_engine()

@@ -2,7 +2,8 @@
 
 Replies to queries (load, flush, pause, embed) are matched to their asyncio futures by query id.
 Output batches are dispatched to the request table. If a worker reports a failure, or dies,
-``on_failure`` is called once.
+``on_failure`` is called once. Nothing is dropped silently: the queue to the scheduler has no
+size limit (what the frontend admits bounds it), and a send that fails raises.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 import msgspec
 import zmq
 import zmq.asyncio
+from grpclib import Status
 
 from reference_server import ipc
 from reference_server.config import IpcAddresses
@@ -40,8 +42,12 @@ class EngineLink:
         self._inbox_now: zmq.Socket[bytes] = zmq.Socket.shadow(
             self._inbox.underlying
         )  # same socket, NOBLOCK reads
-        self._to_scheduler = self._context.socket(zmq.PUSH)
-        self._to_scheduler.connect(addresses.scheduler)
+        self._push = self._context.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, 0)  # never refuse: what the frontend admits bounds the queue
+        self._push.connect(addresses.scheduler)
+        # Sends go through a synchronous view of the socket, so a refused send raises here
+        # instead of vanishing into a future nobody awaits.
+        self._to_scheduler: zmq.Socket[bytes] = zmq.Socket.shadow(self._push.underlying)
         self._table = table
         self._queries: dict[int, asyncio.Future[Reply]] = {}
         self._query_ids = itertools.count(1)
@@ -91,21 +97,32 @@ class EngineLink:
     # ── sending ─────────────────────────────────────────────────────────────────────────────
 
     def send(self, message: msgspec.Struct) -> None:
-        """Queue a message for the scheduler (never blocks the event loop)."""
-        if self.failure is None:
-            self._to_scheduler.send(ipc.encode(message), zmq.NOBLOCK)
+        """Queue a message for the scheduler (never blocks the event loop). Raises
+        WorkerUnavailableError if the workers failed or the message cannot be queued."""
+        self.send_encoded(ipc.encode(message))
 
-    def submit(self, request: ipc.SubmitRequest) -> None:
-        self.send(request)
+    def send_encoded(self, frame: bytes) -> None:
+        if self.failure is not None:
+            raise WorkerUnavailableError(self.failure)
+        try:
+            self._to_scheduler.send(frame, zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            raise WorkerUnavailableError(f"cannot queue a message for the scheduler: {exc}") from None
 
     def abort(self, rids: list[str]) -> None:
-        if rids:
+        """Best effort: once the workers have failed there is nothing left to abort."""
+        if rids and self.failure is None:
             self.send(ipc.AbortRequests(rids))
+
+    def set_held(self, rid: str, held: bool) -> None:
+        if self.failure is None:
+            self.send(ipc.SetHeld(rid, held))
 
     def shutdown_workers(self) -> None:
         self.send(ipc.Shutdown())
 
     async def query(self, make: Callable[[int], msgspec.Struct], timeout_s: float = 30.0) -> Reply:
+        """Ask the scheduler; WorkerUnavailableError if it failed or did not answer in time."""
         if self.failure is not None:
             raise WorkerUnavailableError(self.failure)
         query_id = next(self._query_ids)
@@ -114,6 +131,8 @@ class EngineLink:
         try:
             self.send(make(query_id))
             return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise WorkerUnavailableError(f"the scheduler did not answer within {timeout_s:g} s") from None
         finally:
             self._queries.pop(query_id, None)
 
@@ -145,6 +164,9 @@ class EngineLink:
         elif isinstance(message, ipc.WorkerFailed):
             log.error("%s failed: %s", message.process, message.message)
             self.fail(f"{message.process} failed: {message.message}")
+        elif isinstance(message, ipc.RequestFailed):
+            log.error("request %s failed in the %s: %s", message.rid, message.process, message.message)
+            self._table.fail_rid(message.rid, Status.INTERNAL.value, message.message)
         else:
             future = self._queries.pop(message.query_id, None)
             if future is not None and not future.done():

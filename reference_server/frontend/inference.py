@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpclib.server
+import msgspec
 from grpclib import GRPCError, Status
 
 from lmrpc.v1 import (
@@ -22,10 +23,17 @@ from lmrpc.v1 import (
 )
 from reference_server import ipc
 from reference_server.frontend.context import Engine, FrontendContext
+from reference_server.frontend.edge.call import current_call
 from reference_server.frontend.engine_link import WorkerUnavailableError
 from reference_server.frontend.requests import DuplicateRequestError, RequestState
 from reference_server.frontend.streaming import StreamAssembler
-from reference_server.frontend.validation import GeneratePlan, invalid, plan_generate, stopping_for_prompt
+from reference_server.frontend.validation import (
+    GeneratePlan,
+    check_prompt_size,
+    invalid,
+    plan_generate,
+    stopping_for_prompt,
+)
 
 
 class InferenceService(InferenceServiceBase):
@@ -46,16 +54,19 @@ class InferenceService(InferenceServiceBase):
     async def generate(self, message: GenerateRequest) -> AsyncIterator[GenerateResponse]:
         engine = self.ctx.serving_engine()
         plan = plan_generate(message, engine.capabilities, self.ctx.config.limits, engine.info)
+        check_prompt_size(message, engine.tokenizer.max_token_chars, engine.info)
         table = self.ctx.table
         if len(table) >= self.ctx.config.limits.max_waiting_requests:
             raise GRPCError(Status.RESOURCE_EXHAUSTED, "too many requests in flight; retry later")
+        call = current_call()
         request_id = plan.request_id or table.new_request_id()
         try:
-            state = table.register(request_id, plan.num_outputs)
+            state = table.register(call.principal.name, request_id, plan.num_outputs)
         except DuplicateRequestError:
             raise GRPCError(
                 Status.ALREADY_EXISTS, f"request_id={request_id!r} is already in flight"
             ) from None
+        call.on_stall = lambda: self._stall(state)
         self.ctx.idle.clear()
         try:
             async for response in self._run(message, plan, state, engine):
@@ -72,6 +83,17 @@ class InferenceService(InferenceServiceBase):
     ) -> AsyncIterator[GenerateResponse]:
         prompt_ids = await asyncio.to_thread(_tokenize, message, plan, engine)
         stopping = stopping_for_prompt(plan, prompt_ids, self.ctx.config.limits, engine.info)
+        submit = _encode_checked(
+            ipc.SubmitRequest(
+                rid=state.rid,
+                prompt_ids=prompt_ids,
+                num_outputs=plan.num_outputs,
+                sampling=plan.sampling,
+                stopping=stopping,
+                top_logprobs=plan.top_logprobs,
+                detokenize=plan.detokenize,
+            )
+        )
         stream = StreamAssembler(
             request_id=state.request_id,
             num_outputs=plan.num_outputs,
@@ -94,18 +116,12 @@ class InferenceService(InferenceServiceBase):
                 yield response
             state.complete = True
             return
-        self.ctx.link.submit(
-            ipc.SubmitRequest(
-                rid=state.rid,
-                prompt_ids=prompt_ids,
-                num_outputs=plan.num_outputs,
-                sampling=plan.sampling,
-                stopping=stopping,
-                top_logprobs=plan.top_logprobs,
-                detokenize=plan.detokenize,
-            )
-        )
-        state.submitted = True
+        try:
+            self.ctx.link.send_encoded(submit)
+        except WorkerUnavailableError as exc:
+            state.fail(Status.UNAVAILABLE.value, str(exc))
+        else:
+            state.submitted = True
         while not stream.done:
             events = await state.next_events()
             if state.failure is not None and not events:
@@ -117,6 +133,21 @@ class InferenceService(InferenceServiceBase):
             state.complete = stream.done
             for response in responses:
                 yield response
+
+    def _stall(self, state: RequestState) -> None:
+        """The client has not read a response for the stall timeout: stop generating for it and
+        end its stream with a RequestError after what it already has (FLOW-2)."""
+        if state.complete or state.failure is not None:
+            return
+        timeout = self.ctx.config.limits.stall_timeout_s
+        state.abort_requested = True
+        if state.submitted:
+            self.ctx.link.abort([state.rid])
+        state.fail(
+            Status.RESOURCE_EXHAUSTED.value,
+            f"the client read nothing for {timeout:g} s; the request was aborted (FLOW-2)",
+            discard_pending=True,
+        )
 
     async def embed(self, message: EmbedRequest) -> EmbedResponse:
         engine = self.ctx.serving_engine()
@@ -136,6 +167,17 @@ class InferenceService(InferenceServiceBase):
             embeddings=[Embedding(values=v) for v in reply.vectors],
             usage=Usage(prompt_tokens=sum(reply.token_counts)),
         )
+
+
+def _encode_checked(request: ipc.SubmitRequest) -> bytes:
+    """The request as the scheduler will read it. Decoding it here first means the frontend
+    never forwards a message the scheduler cannot decode (the workers check too)."""
+    frame = ipc.encode(request)
+    try:
+        ipc.scheduler_decoder.decode(frame)
+    except msgspec.DecodeError as exc:
+        raise GRPCError(Status.INTERNAL, f"the request could not be encoded for the engine: {exc}") from None
+    return frame
 
 
 def _tokenize(message: GenerateRequest, plan: GeneratePlan, engine: Engine) -> list[int]:

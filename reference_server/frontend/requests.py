@@ -1,8 +1,18 @@
 """The frontend's table of requests in flight, and the abort bookkeeping around it.
 
-A request is known by two ids: the client's ``request_id`` (unique among requests in flight,
-REQ-3) and an internal ``rid`` that is unique for the life of the server, so late events of a
-cancelled request can never reach a new request that reuses its id.
+A request is known by two ids: the client's ``request_id`` and an internal ``rid`` that is unique
+for the life of the server, so late events of a cancelled request can never reach a new request
+that reuses its id. Client ids are scoped by owner (the authenticated principal; one anonymous
+owner when authentication is off), so one client can neither see nor touch another's requests.
+
+Abort memory (ABORT-6): an Abort for an id that is not in flight is remembered for the grace
+period, so a Generate arriving with that id within it is aborted at once, unless the id belongs
+to a request that ended within the grace period: the Abort then refers to that request (ABORT-1)
+and a later reuse of the id is not affected.
+
+Backpressure (FLOW-1): events wait here for the stream handler. When the handler stops taking
+them (its client does not read), the tokens parked for the request are counted; past the limit
+the engine holds the request's outputs (``hold``) until the handler takes them (``release``).
 """
 
 from __future__ import annotations
@@ -12,81 +22,118 @@ import itertools
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from reference_server.ipc import OutputEvent
 
-MAX_TOMBSTONES = 10_000
+MAX_REMEMBERED_IDS = 10_000
+
+Key = tuple[str, str]  # (owner, request_id)
 
 
 class DuplicateRequestError(Exception):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class FlowHooks:
+    """How the table tells the engine to hold and release a request's outputs."""
+
+    hold: Callable[[str], None]
+    release: Callable[[str], None]
+    max_parked_tokens: int
+
+
 @dataclass(eq=False)
 class RequestState:
     request_id: str
+    owner: str
     rid: str
     num_outputs: int
-    abort_requested: bool = False  # an abort arrived before the request reached the engine
+    flow: FlowHooks
+    abort_requested: bool = False  # an Abort (or a stall) already ended, or will end, this request
     submitted: bool = False
     complete: bool = False  # the terminal message was produced
     failure: tuple[int, str] | None = None  # (grpc status code, message): end with a RequestError
+    parked_tokens: int = 0  # tokens of events the stream handler has not taken yet
+    held: bool = False  # the engine holds this request's outputs (FLOW-1)
     _events: list[OutputEvent] = field(default_factory=list)
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    _discarding: bool = False
 
     def push(self, event: OutputEvent) -> None:
+        if self._discarding:
+            return
         self._events.append(event)
+        self.parked_tokens += len(event.token_ids)
+        if self.parked_tokens >= self.flow.max_parked_tokens and not self.held and event.finish is None:
+            self.held = True
+            self.flow.hold(self.rid)
         self._wakeup.set()
 
-    def fail(self, code: int, message: str) -> None:
+    def fail(self, code: int, message: str, *, discard_pending: bool = False) -> None:
+        """End the stream with a RequestError once the events already here are sent, or at once
+        (dropping them) with ``discard_pending``."""
         if self.failure is None:
             self.failure = (code, message)
+        if discard_pending:
+            self._discarding = True
+            self._events.clear()
+            self.parked_tokens = 0
         self._wakeup.set()
 
     async def next_events(self) -> list[OutputEvent]:
         """Everything that arrived since the last call; waits if nothing did. Events pile up
-        while the client reads slowly and are merged by the caller (bounded by the output)."""
+        while the client reads slowly and are merged by the caller (STREAM-9)."""
         while not self._events and self.failure is None:
             self._wakeup.clear()
             await self._wakeup.wait()
         events, self._events = self._events, []
+        self.parked_tokens = 0
+        if self.held:
+            self.held = False
+            self.flow.release(self.rid)
         return events
 
 
 class RequestTable:
-    def __init__(self, abort_grace_s: float) -> None:
-        self._by_request_id: dict[str, RequestState] = {}
+    def __init__(self, abort_grace_s: float, flow: FlowHooks) -> None:
+        self._by_key: dict[Key, RequestState] = {}
         self._by_rid: dict[str, RequestState] = {}
-        self._tombstones: OrderedDict[str, float] = OrderedDict()  # request_id -> expiry
+        self._pending_aborts: OrderedDict[Key, float] = OrderedDict()  # key -> expiry
+        self._recently_ended: OrderedDict[Key, float] = OrderedDict()  # key -> expiry
         self._abort_grace_s = abort_grace_s
+        self._flow = flow
         self._counter = itertools.count()
 
     def __len__(self) -> int:
-        return len(self._by_request_id)
+        return len(self._by_key)
 
     def states(self) -> list[RequestState]:
-        return list(self._by_request_id.values())
+        return list(self._by_key.values())
 
     @staticmethod
     def new_request_id() -> str:
         return f"lmrpc-{uuid.uuid4().hex}"
 
-    def register(self, request_id: str, num_outputs: int) -> RequestState:
-        if request_id in self._by_request_id:
+    def register(self, owner: str, request_id: str, num_outputs: int) -> RequestState:
+        key = (owner, request_id)
+        if key in self._by_key:
             raise DuplicateRequestError(request_id)
-        state = RequestState(request_id, f"r{next(self._counter)}", num_outputs)
-        expiry = self._tombstones.pop(request_id, None)
+        state = RequestState(request_id, owner, f"r{next(self._counter)}", num_outputs, self._flow)
+        expiry = self._pending_aborts.pop(key, None)
         if expiry is not None and expiry >= time.monotonic():
             state.abort_requested = True  # the abort raced ahead of its request and still wins
-        self._by_request_id[request_id] = state
+        self._by_key[key] = state
         self._by_rid[state.rid] = state
         return state
 
     def unregister(self, state: RequestState) -> None:
-        if self._by_request_id.get(state.request_id) is state:
-            del self._by_request_id[state.request_id]
+        key = (state.owner, state.request_id)
+        if self._by_key.get(key) is state:
+            del self._by_key[key]
+            _remember(self._recently_ended, key, time.monotonic() + self._abort_grace_s)
         self._by_rid.pop(state.rid, None)
 
     def dispatch(self, events: Iterable[OutputEvent]) -> None:
@@ -95,18 +142,35 @@ class RequestTable:
             if state is not None:
                 state.push(event)
 
-    def get(self, request_id: str) -> RequestState | None:
-        return self._by_request_id.get(request_id)
+    def fail_rid(self, rid: str, code: int, message: str) -> None:
+        state = self._by_rid.get(rid)
+        if state is not None:
+            state.fail(code, message)
 
-    def remember_abort(self, request_id: str) -> None:
-        now = time.monotonic()
-        while self._tombstones and (
-            len(self._tombstones) >= MAX_TOMBSTONES or next(iter(self._tombstones.values())) < now
-        ):
-            self._tombstones.popitem(last=False)
-        self._tombstones[request_id] = now + self._abort_grace_s
-        self._tombstones.move_to_end(request_id)
+    def visible(self, owner: str, request_id: str, *, any_owner: bool) -> list[RequestState]:
+        """The requests with this id that ``owner`` may act on (all owners' for an admin)."""
+        if not any_owner:
+            state = self._by_key.get((owner, request_id))
+            return [] if state is None else [state]
+        return [s for s in self._by_key.values() if s.request_id == request_id]
+
+    def remember_abort(self, owner: str, request_id: str) -> None:
+        """An Abort found no request with this id: let a Generate that arrives within the grace
+        period with it lose (ABORT-6), unless the id belongs to a request that just ended."""
+        key = (owner, request_id)
+        expiry = self._recently_ended.get(key)
+        if expiry is not None and expiry >= time.monotonic():
+            return
+        _remember(self._pending_aborts, key, time.monotonic() + self._abort_grace_s)
 
     def fail_all(self, code: int, message: str) -> None:
-        for state in self._by_request_id.values():
+        for state in self._by_key.values():
             state.fail(code, message)
+
+
+def _remember(memory: OrderedDict[Key, float], key: Key, expiry: float) -> None:
+    now = time.monotonic()
+    while memory and (len(memory) >= MAX_REMEMBERED_IDS or next(iter(memory.values())) < now):
+        memory.popitem(last=False)
+    memory[key] = expiry
+    memory.move_to_end(key)

@@ -128,14 +128,14 @@ def stopping_for_prompt(
     """The checks that need the prompt (REQ-1, REQ-5, REQ-6, REQ-7) and the final stop config."""
     if not prompt_ids:
         raise invalid("the prompt is empty after tokenization")
-    for i, token_id in enumerate(prompt_ids):
-        if token_id >= engine.vocab_size:
-            raise invalid(f"token_ids.ids[{i}]={token_id} must be < vocab_size={engine.vocab_size}")
     room = engine.max_context_tokens - len(prompt_ids)
     if room < 1:
         raise invalid(
             f"prompt of {len(prompt_ids)} tokens leaves no room in the {engine.max_context_tokens}-token context"
         )
+    if max(prompt_ids) >= engine.vocab_size:  # max() runs in C; the loop only finds the culprit
+        i, token_id = next((i, t) for i, t in enumerate(prompt_ids) if t >= engine.vocab_size)
+        raise invalid(f"token_ids.ids[{i}]={token_id} must be < vocab_size={engine.vocab_size}")
     if plan.max_tokens is None:
         max_tokens = min(limits.default_max_tokens, room)
     elif plan.max_tokens > room:
@@ -162,6 +162,30 @@ def stopping_for_prompt(
         stop_token_ids=plan.stop_token_ids,
         ignore_eos=plan.ignore_eos,
     )
+
+
+def check_prompt_size(request: GenerateRequest, max_token_chars: int | None, engine: EngineInfo) -> None:
+    """Refuse, before tokenizing it, text that cannot fit the context whatever its tokens are.
+
+    No token covers more than ``max_token_chars`` characters, so text longer than the context
+    times that is more tokens than the context holds (REQ-6); tokenizing megabytes only to say so
+    would cost seconds. ``max_token_chars`` is None when the tokenizer normalizes text, which
+    can make it shorter, so no such bound holds."""
+    if max_token_chars is None:
+        return
+    kind, _ = betterproto2.which_one_of(request, "input")
+    if kind == "text":
+        chars = len(request.text or "")
+    elif kind == "chat" and request.chat is not None:
+        chars = sum(len(m.content) for m in request.chat.messages)
+    else:
+        return
+    bound = engine.max_context_tokens * max_token_chars
+    if chars > bound:
+        raise invalid(
+            f"{kind} of {chars} characters cannot fit the {engine.max_context_tokens}-token context "
+            f"(no token covers more than {max_token_chars} characters)"
+        )
 
 
 def _input_kind(request: GenerateRequest, caps: Capabilities) -> InputKind:

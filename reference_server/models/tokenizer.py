@@ -40,6 +40,9 @@ class TokenizerBundle:
     chat_template: str | None
     bos_token: str
     eos_token: str
+    # No token covers more characters of text than this; None if the tokenizer normalizes text
+    # (normalizing may shorten it, so then no such bound holds).
+    max_token_chars: int | None
 
     def encode(self, text: str) -> list[int]:
         """Token ids of raw text; no BOS/EOS is added, special-token strings map to their ids."""
@@ -203,4 +206,9 @@ def _bundle(tokenizer: Tokenizer, meta: dict[str, Any]) -> TokenizerBundle:
         chat_template=meta["chat_template"],
         bos_token=(tokenizer.id_to_token(bos_id) or "") if bos_id is not None else "",
         eos_token=(tokenizer.id_to_token(eos_ids[0]) or "") if eos_ids else "",
+        max_token_chars=(
+            None
+            if tokenizer.normalizer is not None
+            else max((len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1)
+        ),
     )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import msgspec
 import zmq
 
 from reference_server import ipc
@@ -9,6 +12,8 @@ from reference_server.config import IpcAddresses, ServerConfig
 from reference_server.engine.base import Engine
 from reference_server.scheduler.engine_factory import create_engine
 from reference_server.worker_io import WorkerSockets, run_worker
+
+log = logging.getLogger("lmrpc.scheduler")
 
 
 def run_scheduler(config: ServerConfig, addresses: IpcAddresses) -> None:
@@ -54,15 +59,29 @@ class SchedulerLoop:
                 frame = self.inbox.recv(flags)
             except zmq.Again:
                 return
-            self._handle(ipc.scheduler_decoder.decode(frame))
+            message = self._decode(frame)
+            if message is not None:
+                self._handle(message)
             flags = zmq.NOBLOCK
+
+    def _decode(self, frame: bytes) -> ipc.SCHEDULER_INBOX | None:
+        """A message, or None: an undecodable frame fails its own request, never this process."""
+        try:
+            message: ipc.SCHEDULER_INBOX = ipc.scheduler_decoder.decode(frame)
+        except msgspec.DecodeError as exc:
+            rid = ipc.rid_of(frame)
+            log.error("undecodable message for request %s: %s", rid, exc)
+            if rid is not None:
+                self._fail_request(rid, f"the scheduler could not decode the request: {exc}")
+            return None
+        return message
 
     def _handle(self, message: ipc.SCHEDULER_INBOX) -> None:
         engine = self.engine
         if isinstance(message, ipc.SubmitRequest):
-            register = ipc.RegisterRequest(message.rid, message.num_outputs, message.detokenize)
-            self.to_detokenizer.send(ipc.encode(register))
-            engine.add_request(message)
+            self._submit(message)
+        elif isinstance(message, ipc.SetHeld):
+            engine.set_held(message.rid, message.held)
         elif isinstance(message, ipc.AbortRequests):
             self._send_outputs([out for rid in message.rids for out in engine.abort_request(rid)])
         elif isinstance(message, ipc.FinishOutput):
@@ -79,6 +98,23 @@ class SchedulerLoop:
         elif isinstance(message, ipc.Shutdown):
             self.to_detokenizer.send(ipc.encode(message))
             self.running = False
+
+    def _submit(self, request: ipc.SubmitRequest) -> None:
+        # The engine takes the request before the detokenizer hears of it, so a request the
+        # engine refuses leaves no state behind anywhere; registration still reaches the
+        # detokenizer before the request's first outputs, which only a later step makes.
+        try:
+            self.engine.add_request(request)
+        except Exception as exc:
+            log.exception("the engine refused request %s", request.rid)
+            self.engine.abort_request(request.rid)
+            self._fail_request(request.rid, f"the engine could not take the request: {exc}")
+            return
+        register = ipc.RegisterRequest(request.rid, request.num_outputs, request.detokenize)
+        self.to_detokenizer.send(ipc.encode(register))
+
+    def _fail_request(self, rid: str, message: str) -> None:
+        self.to_frontend.send(ipc.encode(ipc.RequestFailed(rid, "scheduler", message)))
 
     def _embed(self, message: ipc.EmbedTexts) -> ipc.EmbedReply:
         try:

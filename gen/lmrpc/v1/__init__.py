@@ -47,6 +47,7 @@ __all__ = (
     "ResumeGenerationResponse",
     "SamplingParams",
     "ServerInfo",
+    "ServerLimits",
     "StopMatch",
     "StoppingCriteria",
     "TokenCandidate",
@@ -331,6 +332,12 @@ class Capabilities(betterproto2.Message):
     max_stop_strings: "int" = betterproto2.field(18, betterproto2.TYPE_UINT32)
     """
     The largest number of stop strings accepted in one request.
+    """
+
+    authentication: "bool" = betterproto2.field(19, betterproto2.TYPE_BOOL)
+    """
+    Calls must authenticate (AUTH-1): bearer-token metadata or a client certificate. Requests are
+    owned by their caller (AUTH-3) and administrative RPCs need the admin role (AUTH-2).
     """
 
 
@@ -1151,8 +1158,51 @@ class ServerInfo(betterproto2.Message):
     Seconds since the server started.
     """
 
+    limits: "ServerLimits | None" = betterproto2.field(6, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Limits a client cannot otherwise discover. Absent from servers of contract revision 1.
+    """
+
 
 default_message_pool.register_message("lmrpc.v1", "ServerInfo", ServerInfo)
+
+
+@dataclass(eq=False, repr=False)
+class ServerLimits(betterproto2.Message):
+    """
+    Limits of a server that no request option reveals, each enforced as the cited clause says.
+    """
+
+    max_message_bytes: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+    """
+    The largest request message accepted, in bytes; a larger one fails with RESOURCE_EXHAUSTED
+    before its body is read (MALFORMED-3).
+    """
+
+    abort_grace_seconds: "float" = betterproto2.field(2, betterproto2.TYPE_DOUBLE)
+    """
+    Seconds an Abort for an id that is not in flight is remembered (ABORT-6).
+    """
+
+    max_parked_tokens: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+    """
+    Tokens the server keeps for a stream whose client does not read before it holds the request's
+    generation until the client reads again (FLOW-1).
+    """
+
+    stall_timeout_seconds: "float" = betterproto2.field(4, betterproto2.TYPE_DOUBLE)
+    """
+    Seconds a response may wait for a client that does not read before the request is aborted
+    (FLOW-2); 0 means never.
+    """
+
+    max_abort_request_ids: "int" = betterproto2.field(5, betterproto2.TYPE_UINT32)
+    """
+    The most request ids one Abort may name; more fail with INVALID_ARGUMENT.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "ServerLimits", ServerLimits)
 
 
 @dataclass(eq=False, repr=False)

@@ -1,0 +1,194 @@
+"""The server's edge: every call passes here before its handler runs, on every service.
+
+For each call, in order: route (an unknown method gets a well-formed UNIMPLEMENTED), authenticate
+and authorize (when ``--auth`` is on), read exactly one length-prefixed request message within
+the size limit, decode it strictly (off the event loop when it is large), and hand the handler a
+stream whose ``send_message`` notices a client that stopped reading (FLOW-2).
+
+grpclib offers no public hook that sees every call before its handler, so the guard replaces the
+server's private handler mapping (grpclib is pinned below 0.5; tests/unit/test_edge.py checks the
+hook still works).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from grpclib import GRPCError, Status
+from grpclib.const import Cardinality, Handler
+from grpclib.server import Server, Stream
+
+from reference_server.frontend.edge.auth import ANONYMOUS, Credentials, Principal
+from reference_server.frontend.edge.call import Call, enter_call
+from reference_server.frontend.edge.decoding import StrictDecoder
+from reference_server.frontend.edge.framing import (
+    RawStream,
+    protocol_stream,
+    read_message,
+    read_single_message,
+)
+
+#: Methods any caller may use when authentication is on: probes and service discovery.
+PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.", "/grpc.reflection.v1alpha.")
+PUBLIC = Principal("public", "client")
+#: Messages larger than this are decoded in a worker thread, so the event loop keeps serving.
+INLINE_DECODE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class EdgePolicy:
+    max_message_bytes: int
+    stall_timeout_s: float  # 0: never give up on a client that does not read
+    credentials: Credentials | None = None  # None: authentication off
+    admin_methods: frozenset[str] = frozenset()
+
+
+class EdgeGuard:
+    def __init__(self, policy: EdgePolicy, decoder: StrictDecoder) -> None:
+        self.policy = policy
+        self.decoder = decoder
+
+    def install(self, server: Server) -> None:
+        """Route every call of ``server`` through the guard. Call once, after constructing it."""
+        mapping: Mapping[str, Handler] = server._mapping
+        for handler in mapping.values():
+            self.decoder.spec(handler.request_type)  # fail at start-up, not on the first call
+        server._mapping = _GuardedMapping({path: self._guard(path, h) for path, h in mapping.items()})
+
+    def _guard(self, path: str, handler: Handler) -> Handler:
+        async def serve(stream: Stream[Any, Any]) -> None:
+            call = Call(method=path, principal=self._authorize(path, stream))
+            enter_call(call)
+            if handler.cardinality.client_streaming:
+                requests = _RequestStream(self, protocol_stream(stream), handler.request_type)
+            else:
+                data = await read_single_message(protocol_stream(stream), self.policy.max_message_bytes)
+                requests = _RequestStream(
+                    self, None, handler.request_type, await self.decode(data, handler.request_type)
+                )
+            guarded = _GuardedStream(stream, requests, call, self.policy.stall_timeout_s)
+            try:
+                await handler.func(cast(Stream[Any, Any], guarded))
+            except _ClientStalled:
+                await stream.cancel()  # RST_STREAM: the client read nothing for two stall periods
+
+        return Handler(serve, handler.cardinality, handler.request_type, handler.reply_type)
+
+    async def decode(self, data: bytes, message_type: type) -> Any:
+        """Decode strictly; large messages in a worker thread, so the event loop keeps serving."""
+        if len(data) > INLINE_DECODE_BYTES:
+            return await asyncio.to_thread(self.decoder.decode, data, message_type)
+        return self.decoder.decode(data, message_type)
+
+    def _authorize(self, path: str, stream: Stream[Any, Any]) -> Principal:
+        credentials = self.policy.credentials
+        if credentials is None:
+            return ANONYMOUS
+        if path.startswith(PUBLIC_PREFIXES):
+            return PUBLIC
+        principal = credentials.authenticate(stream.metadata, stream.peer.cert())
+        if path in self.policy.admin_methods and not principal.is_admin:
+            raise GRPCError(Status.PERMISSION_DENIED, f"{path} needs the admin role")
+        return principal
+
+
+class _ClientStalled(Exception):
+    pass
+
+
+class _RequestStream:
+    """The call's request messages, each read within the size limit and decoded strictly: the
+    one message of a unary-request call (already read), or a client stream read on demand."""
+
+    def __init__(
+        self, guard: EdgeGuard, raw: RawStream | None, message_type: type, first: Any = None
+    ) -> None:
+        self._guard = guard
+        self._raw = raw
+        self._message_type = message_type
+        self._next = first
+
+    async def recv(self) -> Any:
+        if self._raw is None:
+            message, self._next = self._next, None
+            return message
+        data = await read_message(self._raw, self._guard.policy.max_message_bytes)
+        if data is None:
+            return None
+        return await self._guard.decode(data, self._message_type)
+
+
+class _GuardedStream:
+    """What a handler sees: checked requests, and a send that notices a stalled client."""
+
+    def __init__(
+        self, stream: Stream[Any, Any], requests: _RequestStream, call: Call, stall_timeout_s: float
+    ) -> None:
+        self._stream = stream
+        self._requests = requests
+        self._call = call
+        self._stall_timeout_s = stall_timeout_s
+        self._task: asyncio.Task[Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._stalls = 0
+
+    async def recv_message(self) -> Any:
+        return await self._requests.recv()
+
+    def __aiter__(self) -> _GuardedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        message = await self.recv_message()
+        if message is None:
+            raise StopAsyncIteration
+        return message
+
+    async def send_message(self, message: Any) -> None:
+        if not self._stall_timeout_s:
+            await self._stream.send_message(message)
+            return
+        self._task = asyncio.current_task()
+        self._stalls = 0
+        self._timer = asyncio.get_running_loop().call_later(self._stall_timeout_s, self._on_stall)
+        try:
+            await self._stream.send_message(message)
+        except asyncio.CancelledError:
+            if self._stalls < 2:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            raise _ClientStalled from None
+        finally:
+            self._timer.cancel()
+
+    def _on_stall(self) -> None:
+        """A message has waited a whole stall period for the client to read."""
+        self._stalls += 1
+        if self._stalls == 1 and self._call.on_stall is not None:
+            self._call.on_stall()  # stop the work; the call will end with a RequestError
+        if self._stalls == 1:
+            self._timer = asyncio.get_running_loop().call_later(self._stall_timeout_s, self._on_stall)
+        elif self._task is not None:
+            self._task.cancel()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+async def _unimplemented(stream: Stream[Any, Any]) -> None:
+    raise GRPCError(Status.UNIMPLEMENTED, "Method not found")
+
+
+class _GuardedMapping(dict[str, Handler]):
+    """grpclib answers an unknown path with a trailers-only response that lacks ``content-type``,
+    which clients read as UNKNOWN; answering from a handler gives a well-formed UNIMPLEMENTED."""
+
+    _unknown = Handler(_unimplemented, Cardinality.UNARY_UNARY, bytes, bytes)
+
+    def get(self, key: str, default: Any = None) -> Handler:
+        return super().get(key) or self._unknown

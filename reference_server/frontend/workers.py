@@ -1,0 +1,82 @@
+"""One generation of worker processes (scheduler and detokenizer) and the frontend's link to them.
+
+The frontend starts one generation at start-up and, after a worker dies, may replace it with a
+fresh one (``--max-worker-restarts``). Each generation has its own IPC folder and sockets, so
+nothing of a dead generation can reach its successor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import multiprocessing.process
+import shutil
+from collections.abc import Callable
+
+from reference_server import ipc
+from reference_server.config import IpcAddresses, ServerConfig
+from reference_server.detokenizer.process import run_detokenizer
+from reference_server.frontend.engine_link import EngineLink, WorkerUnavailableError
+from reference_server.frontend.requests import RequestTable
+from reference_server.scheduler.process import run_scheduler
+
+log = logging.getLogger("lmrpc.frontend")
+
+ROLES = ("scheduler", "detokenizer")
+SHUTDOWN_GRACE_S = 10.0  # a healthy worker finishes its step and exits well within this
+KILL_GRACE_S = 1.0
+
+
+class WorkerSet:
+    def __init__(self, config: ServerConfig, table: RequestTable, on_failure: Callable[[str], None]) -> None:
+        self.config = config
+        self.addresses = IpcAddresses.create()
+        self.link = EngineLink(self.addresses, table)
+        self.link.on_failure = on_failure
+        self.processes: dict[str, multiprocessing.process.BaseProcess] = {}
+        self._stopping = False
+
+    async def start(self, timeout_s: float) -> ipc.EngineInfo:
+        """Spawn the workers and wait until both are ready. Raises WorkerUnavailableError (a
+        worker failed or did not start in time)."""
+        self.link.start()
+        context = multiprocessing.get_context("spawn")
+        loop = asyncio.get_running_loop()
+        for role, target in (("scheduler", run_scheduler), ("detokenizer", run_detokenizer)):
+            process = context.Process(
+                target=target, args=(self.config, self.addresses), name=f"lmrpc-{role}", daemon=True
+            )
+            process.start()
+            self.processes[role] = process
+            loop.add_reader(process.sentinel, self._on_exit, role)
+        try:
+            return await asyncio.wait_for(self.link.wait_ready(ROLES), timeout_s)
+        except TimeoutError:
+            raise WorkerUnavailableError(f"workers not ready after {timeout_s:g} s") from None
+
+    async def stop(self) -> None:
+        """Shut the workers down (at once if one already died) and release the IPC folder."""
+        self._stopping = True
+        healthy = self.link.failure is None
+        if healthy:
+            try:
+                self.link.send(ipc.Shutdown())  # the scheduler passes it on to the detokenizer
+            except WorkerUnavailableError:
+                healthy = False
+        for process in self.processes.values():
+            await asyncio.to_thread(process.join, SHUTDOWN_GRACE_S if healthy else 0.0)
+            if process.is_alive():
+                process.terminate()
+                await asyncio.to_thread(process.join, KILL_GRACE_S)
+            if process.is_alive():
+                process.kill()
+                await asyncio.to_thread(process.join, KILL_GRACE_S)
+        self.link.close()
+        shutil.rmtree(self.addresses.folder, ignore_errors=True)
+
+    def _on_exit(self, role: str) -> None:
+        process = self.processes[role]
+        asyncio.get_running_loop().remove_reader(process.sentinel)
+        if not self._stopping:
+            self.link.fail(f"the {role} process exited (code {process.exitcode})")
