@@ -18,6 +18,7 @@ from types import TracebackType
 
 import betterproto2
 from grpclib.client import Channel
+from grpclib.events import SendRequest, listen
 
 from lmrpc.v1 import (
     AbortRequest,
@@ -159,6 +160,17 @@ def tls_context(
     return context
 
 
+def bearer_token(channel: Channel, token: str) -> None:
+    """Send ``authorization: Bearer TOKEN`` metadata on every call made through ``channel``."""
+    if not token or any(c.isspace() for c in token):
+        raise ValueError("a bearer token must be non-empty and contain no whitespace")
+
+    async def add_token(event: SendRequest) -> None:
+        event.metadata["authorization"] = f"Bearer {token}"
+
+    listen(channel, SendRequest, add_token)
+
+
 class LmrpcClient:
     """Async client for one server. Use as an async context manager, or call ``close()``."""
 
@@ -168,15 +180,22 @@ class LmrpcClient:
         self.control = ControlServiceStub(channel)
 
     @classmethod
-    def connect(cls, target: str, *, tls: ssl.SSLContext | None = None) -> LmrpcClient:
+    def connect(
+        cls, target: str, *, tls: ssl.SSLContext | None = None, token: str | None = None
+    ) -> LmrpcClient:
         """Open an HTTP/2 channel to ``host:port``: plaintext, or TLS with the given context.
 
         ``tls_context()`` builds a suitable context from a CA file and an optional client certificate.
+        ``token`` is sent as ``authorization: Bearer TOKEN`` on every call, for servers that
+        require authentication (``Capabilities.authentication``).
         """
         host, sep, port = target.rpartition(":")
         if not sep or not port.isdigit():
             raise ValueError(f"target={target!r} is not host:port")
-        return cls(Channel(host.strip("[]") or "127.0.0.1", int(port), ssl=tls))
+        channel = Channel(host.strip("[]") or "127.0.0.1", int(port), ssl=tls)
+        if token is not None:
+            bearer_token(channel, token)
+        return cls(channel)
 
     async def __aenter__(self) -> LmrpcClient:
         return self

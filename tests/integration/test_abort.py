@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from rawwire import GENERATE, H2Call, frame
 from streams import collect, first_delta, kinds, run, wait_idle
 
 from lmrpc.client import LmrpcClient
@@ -119,3 +120,45 @@ def test_pause_and_resume(slow_fake_server: ServerProcess) -> None:
         await wait_idle(client)
 
     run(slow_fake_server.target, body)
+
+
+def test_an_abort_for_a_finished_request_does_not_poison_its_id(slow_fake_server: ServerProcess) -> None:
+    short = GenerateRequest(request_id="reuse-me", text="short", stopping=StoppingCriteria(max_tokens=3))
+
+    async def body(client: LmrpcClient) -> None:
+        first = await client.generate(short)
+        assert first.outputs[0].finish_reason == FinishReason.LENGTH
+        late = await client.abort("reuse-me")  # the request it names has ended (ABORT-1)
+        assert late.outcomes[0].status == AbortStatus.NOT_IN_FLIGHT
+        again = await client.generate(short)  # well within the abort grace period
+        assert again.outputs[0].finish_reason == FinishReason.LENGTH and len(again.outputs[0].token_ids) == 3
+
+    run(slow_fake_server.target, body)
+
+
+def test_a_second_abort_before_the_stream_ended_is_not_in_flight(slow_fake_server: ServerProcess) -> None:
+    async def body(client: LmrpcClient) -> None:
+        call = H2Call("127.0.0.1", slow_fake_server.port, window=300)  # stops reading: the stream cannot end
+        async with call:
+            call.read_data = False
+            call.start(GENERATE)
+            call.send(frame(bytes(long_request("twice"))), end=True)
+            await wait_for_load(client, lambda load: load.active_requests == 1)
+            first = await client.abort("twice")
+            second = await client.abort("twice")
+            assert first.outcomes[0].status == AbortStatus.ABORTED
+            assert second.outcomes[0].status == AbortStatus.NOT_IN_FLIGHT
+            assert not call.ended.is_set()
+            call.acknowledge()
+            await call.wait(10)
+        await wait_idle(client)
+
+    run(slow_fake_server.target, body)
+
+
+async def wait_for_load(client: LmrpcClient, ready: object, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not ready(await client.load()):  # type: ignore[operator]
+        assert loop.time() < deadline
+        await asyncio.sleep(0.02)

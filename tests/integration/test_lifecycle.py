@@ -89,13 +89,14 @@ def test_sigterm_drains_streams_in_flight_then_exits_zero() -> None:
         server.stop()
 
 
-def test_dead_scheduler_fails_streams_and_turns_unavailable() -> None:
+def test_dead_scheduler_fails_streams_then_fresh_workers_serve() -> None:
     server = ServerProcess(engine="fake", args=("--fake-token-delay", "0.02")).start()
     request = GenerateRequest(text="doomed", stopping=StoppingCriteria(max_tokens=2000, ignore_eos=True))
 
     async def body(client: LmrpcClient) -> None:
+        old_workers = server.worker_pids()
         task, _ = await first_delta(client, request)
-        os.kill(server.worker_pids()["scheduler"], signal.SIGKILL)
+        os.kill(old_workers["scheduler"], signal.SIGKILL)
         responses = await asyncio.wait_for(task, 5)  # no hung client
         error = responses[-1].error
         assert error is not None and error.code == Status.UNAVAILABLE.value and error.retryable
@@ -109,9 +110,37 @@ def test_dead_scheduler_fails_streams_and_turns_unavailable() -> None:
                 break
             assert time.monotonic() - killed_at < 1.0
         assert await health(server.port, "lmrpc.v1.InferenceService") == HealthCheckResponse.NOT_SERVING
+        deadline = time.monotonic() + 60
+        while await health(server.port) != HealthCheckResponse.SERVING:  # fresh workers start
+            assert time.monotonic() < deadline, server.log()
+            await asyncio.sleep(0.1)
+        result = await client.generate(GenerateRequest(text="again", stopping=StoppingCriteria(max_tokens=4)))
+        assert len(result.outputs[0].token_ids) == 4
+        assert set(server.worker_pids().values()).isdisjoint(old_workers.values())
 
     try:
         run(server.target, body)
+    finally:
+        server.stop()
+
+
+def test_with_no_restart_left_a_worker_death_exits_nonzero() -> None:
+    server = ServerProcess(engine="fake", args=("--max-worker-restarts", "0")).start()
+    try:
+        os.kill(server.worker_pids()["detokenizer"], signal.SIGKILL)
+        assert server.wait(10) == 1, server.log()  # at once, for a supervisor to restart it
+        assert "no worker restart left" in server.log()
+    finally:
+        server.stop()
+
+
+def test_sigterm_right_after_a_worker_death_exits_promptly() -> None:
+    server = ServerProcess(engine="fake").start()
+    try:
+        os.kill(server.worker_pids()["scheduler"], signal.SIGKILL)
+        time.sleep(0.2)
+        server.terminate()
+        assert server.wait(5) == 0, server.log()
     finally:
         server.stop()
 

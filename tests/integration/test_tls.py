@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import trustme
+from grpclib import GRPCError, Status
 from grpclib.exceptions import StreamTerminatedError
 
 from lmrpc.client import LmrpcClient, tls_context
-from lmrpc.v1 import GenerateRequest, StoppingCriteria
+from lmrpc.v1 import GenerateRequest, PauseGenerationRequest, StoppingCriteria
 from reference_server.testing import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,3 +136,41 @@ def test_unreadable_tls_files_fail_startup_clearly(pki: Pki) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 2 and "/nonexistent/server.key" in result.stderr
+
+
+def test_a_client_certificate_is_a_principal_with_a_role(tmp_path: Path) -> None:
+    """With --auth, a verified client certificate named in the file authenticates (AUTH-1)."""
+    issuer = trustme.CA()
+    server_cert = issuer.issue_cert("127.0.0.1")
+    gateway = issuer.issue_cert("gateway@lmrpc.test", common_name="gateway")
+    stranger = issuer.issue_cert("stranger@lmrpc.test", common_name="stranger")
+    files = {name: tmp_path / name for name in ("ca.pem", "server.pem", "server.key", "tokens")}
+    issuer.cert_pem.write_to_path(str(files["ca.pem"]))
+    server_cert.cert_chain_pems[0].write_to_path(str(files["server.pem"]))
+    server_cert.private_key_pem.write_to_path(str(files["server.key"]))
+    files["tokens"].write_text("cert:gateway client\n")
+
+    def context(issued: trustme.LeafCert) -> object:
+        cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+        issued.cert_chain_pems[0].write_to_path(str(cert))
+        issued.private_key_pem.write_to_path(str(key))
+        return tls_context(str(files["ca.pem"]), cert_file=str(cert), key_file=str(key))
+
+    async def body(target: str) -> None:
+        async with LmrpcClient.connect(target, tls=context(gateway)) as client:  # type: ignore[arg-type]
+            result = await asyncio.wait_for(client.generate(REQUEST), 10)
+            assert len(result.outputs[0].token_ids) == 5
+            with pytest.raises(GRPCError) as denied:
+                await client.control.pause_generation(PauseGenerationRequest())
+            assert denied.value.status is Status.PERMISSION_DENIED
+        async with LmrpcClient.connect(target, tls=context(stranger)) as client:  # type: ignore[arg-type]
+            with pytest.raises(GRPCError) as refused:
+                await client.generate(REQUEST)
+            assert refused.value.status is Status.UNAUTHENTICATED
+
+    args = (
+        "--tls-cert", str(files["server.pem"]), "--tls-key", str(files["server.key"]),
+        "--tls-client-ca", str(files["ca.pem"]), "--auth", str(files["tokens"]),
+    )  # fmt: skip
+    with ServerProcess(engine="fake", args=args) as server:
+        asyncio.run(body(server.target))

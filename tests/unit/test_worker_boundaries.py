@@ -1,0 +1,189 @@
+"""What crosses the process boundaries: nothing is dropped silently, and no message content can
+kill a worker (each undecodable or refused request fails alone)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+import zmq
+
+from reference_server import ipc
+from reference_server.config import IpcAddresses
+from reference_server.detokenizer.incremental import DecodeTable
+from reference_server.detokenizer.process import DetokenizerLoop
+from reference_server.engine.fake import FakeEngine, FakeEngineConfig
+from reference_server.frontend.engine_link import EngineLink, WorkerUnavailableError
+from reference_server.frontend.requests import FlowHooks, RequestTable
+from reference_server.models.tokenizer import TokenizerBundle
+from reference_server.scheduler.process import SchedulerLoop
+
+SAMPLING = ipc.SamplingConfig(1.0, 1.0, 0, 0.0, 0.0, 0.0, 1.0, 7)
+STOPPING = ipc.StoppingConfig(max_tokens=3, min_tokens=0, stop_token_ids=(), ignore_eos=True)
+DETOKENIZE = ipc.DetokenizeConfig(True, True, (), False, 0)
+
+
+def submit(rid: str) -> ipc.SubmitRequest:
+    return ipc.SubmitRequest(rid, [5, 6, 7], 1, SAMPLING, STOPPING, None, DETOKENIZE)
+
+
+def table() -> RequestTable:
+    return RequestTable(5.0, FlowHooks(lambda rid: None, lambda rid: None, 64))
+
+
+@pytest.fixture
+def addresses() -> Iterator[IpcAddresses]:
+    found = IpcAddresses.create()
+    yield found
+    import shutil
+
+    shutil.rmtree(found.folder, ignore_errors=True)
+
+
+def test_the_link_queues_every_message_even_when_the_scheduler_lags(addresses: IpcAddresses) -> None:
+    async def main() -> int:
+        link = EngineLink(addresses, table())
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        scheduler = context.socket(zmq.PULL)
+        scheduler.bind(addresses.scheduler)
+        try:
+            for i in range(20_000):  # far past ZMQ's default high-water mark of 1000
+                link.send(ipc.AbortRequests([f"r{i}"]))
+            received = 0
+            while scheduler.poll(2000):
+                scheduler.recv()
+                received += 1
+            return received
+        finally:
+            link.close()
+            context.destroy(linger=0)
+
+    assert asyncio.run(main()) == 20_000
+
+
+def test_the_link_refuses_to_send_after_a_failure_and_queries_time_out(addresses: IpcAddresses) -> None:
+    async def main() -> None:
+        link = EngineLink(addresses, table())
+        try:
+            with pytest.raises(WorkerUnavailableError, match=r"did not answer within 0\.05 s"):
+                await link.query(ipc.QueryLoad, timeout_s=0.05)
+            link.fail("the scheduler process exited (code -9)")
+            with pytest.raises(WorkerUnavailableError, match="code -9"):
+                link.send(ipc.AbortRequests(["r1"]))
+        finally:
+            link.close()
+
+    asyncio.run(main())
+
+
+class _Sockets:
+    """A scheduler loop wired to in-process sockets the test reads and writes."""
+
+    def __init__(self, engine: FakeEngine) -> None:
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.to_scheduler = self.context.socket(zmq.PUSH)
+        inbox = self.context.socket(zmq.PULL)
+        inbox.bind("inproc://scheduler")
+        self.to_scheduler.connect("inproc://scheduler")
+        self.detokenizer = self.context.socket(zmq.PULL)
+        self.detokenizer.bind("inproc://detokenizer")
+        self.frontend = self.context.socket(zmq.PULL)
+        self.frontend.bind("inproc://frontend")
+        to_detokenizer, to_frontend = self.context.socket(zmq.PUSH), self.context.socket(zmq.PUSH)
+        to_detokenizer.connect("inproc://detokenizer")
+        to_frontend.connect("inproc://frontend")
+        self.loop = SchedulerLoop(engine, inbox, to_detokenizer, to_frontend)
+        self.thread = threading.Thread(target=self.loop.run, daemon=True)
+        self.thread.start()
+
+    def frontend_message(self) -> ipc.FRONTEND_INBOX:
+        assert self.frontend.poll(5000), "nothing reached the frontend"
+        message: ipc.FRONTEND_INBOX = ipc.frontend_decoder.decode(self.frontend.recv())
+        return message
+
+    def close(self) -> None:
+        self.to_scheduler.send(ipc.encode(ipc.Shutdown()))
+        self.thread.join(5)
+        self.context.destroy(linger=0)
+
+
+def fake_engine() -> FakeEngine:
+    return FakeEngine(FakeEngineConfig("fake", 100, (2,), None, tuple(range(10, 50))))
+
+
+def test_an_undecodable_request_fails_alone_and_the_scheduler_keeps_serving() -> None:
+    sockets = _Sockets(fake_engine())
+    try:
+        bad = msgspec.msgpack.encode({"type": "submit", "rid": "r-bad", "prompt_ids": "not a list"})
+        sockets.to_scheduler.send(bad)
+        failed = sockets.frontend_message()
+        assert isinstance(failed, ipc.RequestFailed) and failed.rid == "r-bad"
+        assert "could not decode" in failed.message
+        sockets.to_scheduler.send(ipc.encode(ipc.QueryLoad(1)))
+        reply = sockets.frontend_message()
+        assert isinstance(reply, ipc.LoadReply) and reply.load.requests_in_engine == 0
+        assert sockets.thread.is_alive()
+    finally:
+        sockets.close()
+
+
+class _RefusingEngine(FakeEngine):
+    def add_request(self, request: ipc.SubmitRequest) -> None:
+        if request.rid == "r-refused":
+            super().add_request(request)  # half-done state the scheduler must clean up
+            raise RuntimeError("cannot take it")
+        super().add_request(request)
+
+
+def test_a_request_the_engine_refuses_fails_alone_and_leaves_nothing_behind() -> None:
+    sockets = _Sockets(_RefusingEngine(fake_engine().config))
+    try:
+        sockets.to_scheduler.send(ipc.encode(submit("r-refused")))
+        failed = sockets.frontend_message()
+        assert isinstance(failed, ipc.RequestFailed) and failed.rid == "r-refused"
+        sockets.to_scheduler.send(ipc.encode(submit("r-fine")))
+        register = ipc.detokenizer_decoder.decode(sockets.detokenizer.recv())
+        assert isinstance(register, ipc.RegisterRequest) and register.rid == "r-fine"  # r-refused never was
+        sockets.to_scheduler.send(ipc.encode(ipc.QueryLoad(2)))
+        while True:
+            reply = sockets.frontend_message()
+            if isinstance(reply, ipc.LoadReply):
+                break
+        assert sockets.thread.is_alive()
+    finally:
+        sockets.close()
+
+
+def test_an_undecodable_message_fails_its_request_in_the_detokenizer_too(tokenizer: TokenizerBundle) -> None:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    inbox, frontend, scheduler = (context.socket(zmq.PULL) for _ in range(3))
+    for socket, name in ((inbox, "detok"), (frontend, "front"), (scheduler, "sched")):
+        socket.bind(f"inproc://{name}")
+    feed, to_frontend, to_scheduler = (context.socket(zmq.PUSH) for _ in range(3))
+    for socket, name in ((feed, "detok"), (to_frontend, "front"), (to_scheduler, "sched")):
+        socket.connect(f"inproc://{name}")
+    loop = DetokenizerLoop(
+        DecodeTable.build(tokenizer.tokenizer, tokenizer.vocab_size), inbox, to_frontend, to_scheduler
+    )
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    try:
+        feed.send(msgspec.msgpack.encode({"type": "register", "rid": "r-bad", "num_outputs": "two"}))
+        assert frontend.poll(5000) and scheduler.poll(5000)
+        failed = ipc.frontend_decoder.decode(frontend.recv())
+        assert isinstance(failed, ipc.RequestFailed) and failed.rid == "r-bad"
+        assert ipc.scheduler_decoder.decode(scheduler.recv()) == ipc.AbortRequests(["r-bad"])
+        feed.send(ipc.encode(ipc.RegisterRequest("r-ok", 1, DETOKENIZE)))
+        feed.send(
+            ipc.encode(ipc.StepOutputs([ipc.SequenceOutput("r-ok", 0, [28120], finish=ipc.Finish("length"))]))
+        )
+        assert frontend.poll(5000)
+        batch = ipc.frontend_decoder.decode(frontend.recv())
+        assert isinstance(batch, ipc.OutputBatch) and batch.events[0].rid == "r-ok"
+    finally:
+        feed.send(ipc.encode(ipc.Shutdown()))
+        thread.join(5)
+        context.destroy(linger=0)
