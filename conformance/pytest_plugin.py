@@ -17,14 +17,13 @@ from typing import Any, TypeVar
 
 import pytest
 
-from conformance.baseline import Baseline
-from conformance.budgets import Budgets, Tuning
-from conformance.hyp import CI_PROFILE
-from conformance.registry import Case, all_cases, expand_patterns, matches, select
-from conformance.results import CaseResult, Verdict
-from conformance.runner import run_case
-from conformance.session import Session
-from conformance.target import Endpoint, Target
+from conformance.harness.outcome import CaseResult, Verdict
+from conformance.harness.runner import run_case
+from conformance.harness.session import Budgets, Session, Tuning
+from conformance.harness.target import Endpoint, Target
+from conformance.report.baseline import Baseline
+from conformance.search.property import CI_PROFILE
+from conformance.spec.registry import Case, all_cases, expand_patterns, matches, select
 
 T = TypeVar("T")
 

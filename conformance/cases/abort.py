@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import accepted, first_delta, long_request, long_tokens, ok, request
-from conformance.context import Ctx
-from conformance.live import LiveStream
-from conformance.registry import case
-from conformance.streams import End
+from conformance.cases._helpers import accepted, first_delta, ok
+from conformance.harness.context import Ctx
+from conformance.harness.requests import long_request, long_tokens, request
+from conformance.spec.registry import case
+from conformance.stream.live import LiveStream
+from conformance.stream.record import End
 from lmrpc.v1 import AbortRequest, AbortResponse, AllRequests, FinishReason, RequestIds
 
 

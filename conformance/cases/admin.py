@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from conformance.cases._helpers import first_delta, long_request, ok, request
+from conformance.cases._helpers import first_delta, ok
 from conformance.cases.abort import abort
-from conformance.context import Ctx
-from conformance.registry import case
+from conformance.harness.context import Ctx
+from conformance.harness.requests import long_request, request
+from conformance.spec.registry import case
 from lmrpc.v1 import FlushCacheRequest, PauseGenerationRequest, ResumeGenerationRequest
 
 

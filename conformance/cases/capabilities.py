@@ -9,12 +9,13 @@ from collections.abc import Callable
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import expect_rejected, ok, request, status_of
-from conformance.context import Ctx
-from conformance.props import raise_outcome, search
-from conformance.registry import case
-from conformance.results import Mismatch
-from conformance.strategies import PROMPTS, prompt_texts
+from conformance.cases._helpers import expect_rejected, ok, status_of
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import Mismatch
+from conformance.harness.requests import request
+from conformance.search.property import raise_outcome, search
+from conformance.search.strategies import PROMPTS, prompt_texts
+from conformance.spec.registry import case
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,

@@ -8,17 +8,17 @@ import asyncio
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
-from conformance.cases._helpers import expect_rejected, long_request, ok, request, status_of
-from conformance.check import CaseSkipped
-from conformance.context import Ctx
-from conformance.invalid import INVALID, Invalid, applicable
-from conformance.live import RawMessage
-from conformance.pool import copy_request
-from conformance.props import raise_outcome, search
-from conformance.registry import case
-from conformance.results import Mismatch
-from conformance.strategies import invalid_requests
-from conformance.streams import End
+from conformance.cases._helpers import expect_rejected, ok, status_of
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped, Mismatch
+from conformance.harness.requests import long_request, request
+from conformance.search.invalid import INVALID, Invalid, applicable
+from conformance.search.pool import copy_request
+from conformance.search.property import raise_outcome, search
+from conformance.search.strategies import invalid_requests
+from conformance.spec.registry import case
+from conformance.stream.live import RawMessage
+from conformance.stream.record import End
 from lmrpc.v1 import DetokenizeRequest, EmbedRequest, FinishReason, GenerateRequest, TokenizeRequest
 
 

@@ -15,10 +15,12 @@ from grpclib.reflection.v1 import reflection_pb2 as refl_v1_pb2
 from grpclib.reflection.v1alpha import reflection_grpc as refl_v1alpha
 from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
 
-from conformance.cases._helpers import first_delta, load_counts, long_request, ok, quiet_load, request
-from conformance.clauses import CONTRACT_REVISION
-from conformance.context import Ctx
-from conformance.registry import case
+from conformance.cases._helpers import first_delta, ok
+from conformance.harness.context import Ctx
+from conformance.harness.load import load_counts, quiet_load
+from conformance.harness.requests import long_request, request
+from conformance.spec.clauses import CONTRACT_REVISION
+from conformance.spec.registry import case
 from lmrpc.v1 import AbortRequest, GetLoadRequest, GetModelInfoRequest, GetServerInfoRequest, RequestIds
 
 LMRPC_SERVICES = ("lmrpc.v1.InferenceService", "lmrpc.v1.ControlService")

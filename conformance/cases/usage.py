@@ -9,10 +9,11 @@ import time
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import expect_rejected, ok, outputs_tokens, request
-from conformance.check import CaseSkipped
-from conformance.context import Ctx
-from conformance.registry import case
+from conformance.cases._helpers import expect_rejected, ok, outputs_tokens
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped
+from conformance.harness.requests import request
+from conformance.spec.registry import case
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 
 TEXTS = (

@@ -7,9 +7,9 @@ import os
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from conformance.clauses import CLAUSES
+from conformance.harness.outcome import CaseResult, Verdict
 from conformance.report.model import RunReport
-from conformance.results import CaseResult, Verdict
+from conformance.spec.clauses import CLAUSES
 
 
 def _atomic_write(path: str, text: str) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.clauses import CLAUSES, MUST, parse_contract
-from conformance.registry import all_cases
+from conformance.spec.clauses import CLAUSES, MUST, parse_contract
+from conformance.spec.registry import all_cases
 
 CONTRACT = Path(__file__).resolve().parents[3] / "docs" / "contract.md"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.registry import all_cases, expand_patterns, matches, select
+from conformance.spec.registry import all_cases, expand_patterns, matches, select
 
 
 def ids(**kw: object) -> set[str]:
@@ -43,6 +43,6 @@ def test_case_ids_are_unique_and_stable_prefixes() -> None:
     cases = all_cases()
     assert len({c.id for c in cases}) == len(cases)
     with pytest.raises(ValueError):
-        from conformance.registry import case
+        from conformance.spec.registry import case
 
         case("NO-SUCH-1")

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.registry import Case, matches
-from conformance.results import CaseResult, Verdict
+from conformance.harness.outcome import CaseResult, Verdict
+from conformance.spec.registry import Case, matches
 
 
 class BaselineError(ValueError):

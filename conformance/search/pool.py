@@ -13,18 +13,16 @@ from dataclasses import dataclass
 
 from hypothesis import Phase
 
-from conformance.check import CaseFailed
-from conformance.context import Call, Ctx
-from conformance.hyp import profile, run_property
-from conformance.props import raise_outcome, search
-from conformance.repro import script
-from conformance.results import Mismatch, Repro
-from conformance.session import Session
-from conformance.strategies import valid_requests
-from conformance.streams import StreamRecord
-from conformance.target import TargetInfo
-from conformance.validate import gather_facts, validate
-from conformance.validate_core import Facts
+from conformance.harness.context import Call, Ctx
+from conformance.harness.outcome import CaseFailed, Mismatch, Repro
+from conformance.harness.session import Session
+from conformance.harness.target import TargetInfo
+from conformance.report.repro import script
+from conformance.search.property import profile, raise_outcome, run_property, search
+from conformance.search.strategies import valid_requests
+from conformance.stream.record import StreamRecord
+from conformance.validators import gather_facts, validate
+from conformance.validators.base import Facts
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,

@@ -1,11 +1,12 @@
-"""What a case body gets: the target, budgets, a mismatch collector, and RPC helpers that record a
-transcript (replayed by the repro script when the case fails)."""
+"""What a case body gets: the target, budgets, a mismatch collector (connect-style: a case records every
+difference, then fails once with all of them), and RPC helpers that record a transcript (replayed by
+the repro script when the case fails)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -14,13 +15,11 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from conformance.budgets import Budgets, Tuning
-from conformance.check import Checker, StreamHung
-from conformance.live import LiveStream
-from conformance.results import Repro
-from conformance.session import Session
-from conformance.streams import End, StreamRecord
-from conformance.target import TargetInfo
+from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung
+from conformance.harness.session import Budgets, Session, Tuning
+from conformance.harness.target import TargetInfo
+from conformance.stream.live import LiveStream
+from conformance.stream.record import End, StreamRecord
 from lmrpc.v1 import (
     ControlServiceStub,
     DetokenizeRequest,
@@ -32,6 +31,49 @@ from lmrpc.v1 import (
 )
 
 T = TypeVar("T")
+
+
+def show(value: Any) -> str:
+    """A short, stable rendering of a value for want/got lines."""
+    text = repr(value)
+    return text if len(text) <= 400 else text[:380] + f"... ({len(text)} chars)"
+
+
+class Checker:
+    """Accumulates mismatches. ``fail_if_any()`` ends the case when there are some."""
+
+    def __init__(self) -> None:
+        self.mismatches: list[Mismatch] = []
+
+    def __bool__(self) -> bool:
+        return not self.mismatches
+
+    def add(self, what: str, want: object, got: object) -> None:
+        want_s = want if isinstance(want, str) else show(want)
+        got_s = got if isinstance(got, str) else show(got)
+        self.mismatches.append(Mismatch(what, want_s, got_s))
+
+    def equal(self, what: str, want: object, got: object) -> bool:
+        if want == got:
+            return True
+        self.add(what, show(want), show(got))
+        return False
+
+    def that(self, ok: bool, what: str, want: str, got: object) -> bool:
+        if not ok:
+            self.add(what, want, got if isinstance(got, str) else show(got))
+        return ok
+
+    def extend(self, mismatches: Iterable[Mismatch]) -> None:
+        self.mismatches.extend(mismatches)
+
+    def fail_if_any(self) -> None:
+        if self.mismatches:
+            raise CaseFailed(self.mismatches)
+
+    def fail(self, what: str, want: object, got: object) -> None:
+        self.add(what, want, got)
+        raise CaseFailed(self.mismatches)
 
 
 @dataclass(slots=True)

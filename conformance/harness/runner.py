@@ -15,15 +15,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
-from conformance.check import CaseFailed, CaseSkipped, StreamHung, show
-from conformance.context import Ctx
-from conformance.live import StreamStalled
-from conformance.liveness import probe
-from conformance.registry import Case
-from conformance.repro import script
-from conformance.results import CaseResult, Mismatch, Repro, Verdict
-from conformance.session import Session
+from conformance.harness.context import Ctx, show
+from conformance.harness.outcome import (
+    CaseFailed,
+    CaseResult,
+    CaseSkipped,
+    Mismatch,
+    Repro,
+    StreamHung,
+    Verdict,
+)
+from conformance.harness.session import Session
+from conformance.report.repro import script
+from conformance.spec.registry import Case
+from conformance.stream.live import StreamStalled
+from lmrpc.v1 import GenerateRequest, GetServerInfoRequest, StoppingCriteria
 
 
 @dataclass(slots=True)
@@ -86,6 +95,34 @@ async def run_case(session: Session, case: Case) -> CaseResult:
             script=script(case.id, str(session.target.endpoint), ctx.transcript),
         )
     return result
+
+
+async def probe(session: Session) -> tuple[bool, str]:
+    """Is the target still serving? Health ``""``, GetServerInfo, and a one-token Generate must all work."""
+    budget = session.budgets.liveness_s
+    channel = session.target.fresh_channel()
+    ctx = Ctx(session, "liveness", {})
+    try:
+        try:
+            health = await asyncio.wait_for(HealthStub(channel).Check(HealthCheckRequest(service="")), budget)
+            if health.status != HealthCheckResponse.SERVING:
+                return False, f"health is {HealthCheckResponse.ServingStatus.Name(health.status)}"
+        except GRPCError:
+            pass  # a health service that errs is SVC-2's and HEALTH-1's business; the calls below decide
+        await asyncio.wait_for(session.target.control.get_server_info(GetServerInfoRequest()), budget)
+        request = GenerateRequest(
+            request_id=ctx.uid("probe"), text="Hello", stopping=StoppingCriteria(max_tokens=1)
+        )
+        stream = ctx.open(request, channel=channel)
+        record = await stream.finish(budget)
+        if not record.ended_ok:
+            return False, f"a one-token Generate ended {record.end.value} {record.status_message}".strip()
+        return True, "serving"
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    finally:
+        await ctx.close()
+        channel.close()
 
 
 async def run_all(

@@ -1,4 +1,8 @@
-"""Run the clause validators over a recorded stream, after fetching the facts they need."""
+"""Pure functions from a recorded stream (and the facts around it) to the mismatches of one clause.
+
+``validate`` runs them; ``gather_facts`` fetches what they need from outside the stream (Tokenize and
+Detokenize answers). Importing this package registers every validator, in report order.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,20 @@ from collections.abc import Iterable
 
 from grpclib.exceptions import GRPCError
 
-import conformance.validate_finish
-import conformance.validate_options  # noqa: F401
-from conformance.context import Ctx
-from conformance.results import Mismatch
-from conformance.streams import StreamRecord
-from conformance.validate_core import VALIDATORS, Facts
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import Mismatch
+from conformance.stream.record import StreamRecord
+from conformance.validators.base import VALIDATORS, Facts
 from lmrpc.v1 import TokenizeRequest
+
+# isort: off
+# Registration order is the order of the pool cases in every report.
+import conformance.validators.structure
+import conformance.validators.finish
+import conformance.validators.usage
+import conformance.validators.options  # noqa: F401
+
+# isort: on
 
 STREAM_CLAUSES: tuple[str, ...] = tuple(VALIDATORS)
 

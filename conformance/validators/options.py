@@ -1,12 +1,12 @@
-"""Stream validators, part 3: clauses about response options (logprobs, final_only, return_*, seed)."""
+"""Stream validators: clauses about response options (logprobs, final_only, return_*, seed)."""
 
 from __future__ import annotations
 
 import math
 
-from conformance.results import Mismatch
-from conformance.streams import StreamRecord
-from conformance.validate_core import Facts, M, validator
+from conformance.harness.outcome import Mismatch
+from conformance.stream.record import StreamRecord
+from conformance.validators.base import Facts, M, validator
 from lmrpc.v1 import FinishReason, TokenLogprob
 
 

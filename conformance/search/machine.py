@@ -8,6 +8,9 @@ concurrent requests, then checks the invariants that must survive any interleavi
 - ABORT-3: GetLoad is back at its baseline at teardown.
 
 Rules run on the case's event loop through ``Ctx.block``; hypothesis runs in a worker thread.
+``run_machine`` runs it once per run for the four cases that report its invariants: when one
+invariant fails, that clause gets the shrunk step list and a repro, and the search starts again
+without it, so one broken invariant cannot hide another.
 """
 
 from __future__ import annotations
@@ -15,21 +18,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.errors import Flaky
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
-from conformance.cases._helpers import expect_released, long_request, quiet_load
-from conformance.check import CaseFailed
-from conformance.context import Ctx
-from conformance.live import LiveStream, StreamStalled
-from conformance.results import Mismatch
-from conformance.strategies import valid_requests
-from conformance.streams import End, StreamRecord
-from conformance.validate_core import VALIDATORS, Facts
+from conformance.harness.context import Ctx
+from conformance.harness.load import expect_released, quiet_load
+from conformance.harness.outcome import CaseFailed, Mismatch, Repro
+from conformance.harness.requests import long_request
+from conformance.harness.session import Session
+from conformance.report.repro import script
+from conformance.search.property import SEARCH_LOCK, notes_of, profile
+from conformance.search.strategies import valid_requests
+from conformance.stream.live import LiveStream, StreamStalled
+from conformance.stream.record import End, StreamRecord
+from conformance.validators.base import VALIDATORS, Facts
 from lmrpc.v1 import AbortRequest, GenerateRequest, RequestIds
 
 INVARIANTS = ("STREAM-6", "FINISH-1", "USAGE-3", "ABORT-3")
@@ -197,3 +212,71 @@ def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBas
 
 def describe(steps: list[str]) -> str:
     return "\n".join(["state = Lifecycle()", *(f"state.{s}" for s in steps)])
+
+
+@dataclass(slots=True)
+class Judgement:
+    passed: bool
+    mismatches: list[Mismatch] = field(default_factory=list)
+    repro: Repro | None = None
+    programs: int = 0
+    steps: int = 0
+
+
+async def run_machine(session: Session) -> dict[str, Judgement]:
+    ctx = Ctx(session, "stateful", {})
+    remaining = set(INVARIANTS)
+    verdicts: dict[str, Judgement] = {}
+    total_programs = total_steps = 0
+    budget = 5.0 * session.budgets.scale
+    config = profile(
+        session.profile, session.tuning.machine_examples, stateful_step_count=session.tuning.machine_steps
+    )
+    try:
+        while remaining:
+            machine = build_machine(ctx, set(remaining), budget)
+
+            def search(
+                machine: Any = machine,
+            ) -> tuple[tuple[str, list[Mismatch], list[str], int] | None, str]:
+                with SEARCH_LOCK:
+                    try:
+                        run_state_machine_as_test(machine, settings=config)
+                    except CaseFailed as exc:
+                        return machine.failures[-1], notes_of(exc)[0]
+                    except Stop as exc:
+                        return exc.failure, ""
+                    except Flaky:  # failed, then passed on replay: still a failure, reported as seen
+                        if not machine.failures:
+                            raise
+                        return machine.failures[
+                            -1
+                        ], "(intermittent: the failing program passed when replayed)"
+                return None, ""
+
+            failure, shown = await asyncio.to_thread(search)
+            stats = machine.stats  # type: ignore[attr-defined]
+            total_programs += stats["programs"]
+            total_steps += stats["steps"]
+            if failure is None:
+                verdicts.update({clause: Judgement(True) for clause in remaining})
+                break
+            clause, mismatches, steps, first_call = failure
+            target = str(session.target.endpoint)
+            shown = (
+                shown
+                if shown.startswith("Failing test case")
+                else "\n".join(filter(None, [shown, describe(steps)]))
+            )
+            repro = Repro(
+                kind="steps",
+                example=shown,
+                script=script(f"{clause}[stateful]", target, ctx.transcript[first_call:]),
+            )
+            verdicts[clause] = Judgement(False, mismatches, repro)
+            remaining.discard(clause)
+    finally:
+        await ctx.close()
+    for judgement in verdicts.values():
+        judgement.programs, judgement.steps = total_programs, total_steps
+    return verdicts

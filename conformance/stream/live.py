@@ -1,6 +1,6 @@
 """One Generate call driven by a background task, so a case can read, wait, abort or cancel it.
 
-Messages arrive as raw bytes and are decoded by ``conformance.wire`` (invalid UTF-8 is recorded, not
+Messages arrive as raw bytes and are decoded by ``conformance.stream.wire`` (invalid UTF-8 is recorded, not
 fatal). The call ends in exactly one ``End`` state; cancelling the task resets the HTTP/2 stream.
 """
 
@@ -14,8 +14,8 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
-from conformance.streams import End, Event, StreamRecord, event_kind
-from conformance.wire import decode_response
+from conformance.stream.record import End, Event, StreamRecord, event_kind
+from conformance.stream.wire import decode_response
 from lmrpc.v1 import GenerateRequest
 
 GENERATE = "/lmrpc.v1.InferenceService/Generate"

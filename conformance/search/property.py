@@ -1,14 +1,19 @@
-"""Hypothesis, pinned and run off the event loop.
+"""Hypothesis, pinned and run off the event loop: property searches from async cases.
 
 Profiles are registered here and always passed explicitly, so the built-in ``ci`` profile that
 ``CI=true`` switches on never changes what the harness does. Property bodies run in a worker thread
-and drive RPCs on the case's event loop through ``Ctx.block``.
+and drive RPCs on the case's event loop through ``Ctx.block``. A failing search is shrunk within a
+time budget; a hung example stops the search at once. Either way the case gets the smallest failing
+input seen, hypothesis' own rendering of it, and a repro.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -18,10 +23,13 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky
 
-from conformance.check import CaseFailed
-from conformance.results import Mismatch
+from conformance.harness.context import Call, Ctx
+from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung
+from conformance.report.repro import script
+from lmrpc.v1 import GenerateRequest
 
 T = TypeVar("T")
+SEARCH_LOCK = threading.Lock()  # one hypothesis search at a time: its engine state is per process
 
 CI_PROFILE = "conformance-ci"
 EXPLORE_PROFILE = "conformance-explore"
@@ -76,7 +84,7 @@ class PropertyOutcome:
 _BLOB = re.compile(r"@reproduce_failure\((.*?)\)")
 
 
-def _notes(exc: BaseException) -> tuple[str, str]:
+def notes_of(exc: BaseException) -> tuple[str, str]:
     notes = [n for n in getattr(exc, "__notes__", []) if isinstance(n, str)]
     blob = next((m.group(0) for n in notes if (m := _BLOB.search(n))), "")
     shown = [n for n in notes if "reproduce_failure" not in n]
@@ -104,7 +112,7 @@ def run_property(
     try:
         wrapped()
     except CaseFailed as exc:
-        example, blob = _notes(exc)
+        example, blob = notes_of(exc)
         return PropertyOutcome(False, exc.mismatches, example, blob, failing[-1] if failing else None)
     except Flaky:  # failed, then passed on replay: report what failed, marked intermittent
         if not failing:
@@ -126,3 +134,77 @@ def run_property(
             hung=True,
         )
     return PropertyOutcome(True)
+
+
+class _Budget(BaseException):
+    """Shrinking ran out of time; carries the smallest failing example so far."""
+
+    def __init__(self, example: object, mismatches: list[Mismatch]) -> None:
+        super().__init__("shrink budget spent")
+        self.example, self.mismatches = example, mismatches
+
+
+async def search(
+    ctx: Ctx,
+    strategy: st.SearchStrategy[T],
+    body: Callable[[T], Coroutine[Any, Any, list[Mismatch]]],
+    *,
+    examples: int | None = None,
+    explicit: Sequence[T] = (),
+    shrink_budget_s: float = 5.0,
+) -> PropertyOutcome:
+    """Run ``body`` on generated inputs until one returns mismatches; shrink it within a budget."""
+    config = profile(ctx.session.profile, examples or ctx.tuning.examples)
+    first_failure: list[float] = []
+    smallest: list[tuple[T, list[Mismatch]]] = []
+    budget = shrink_budget_s * ctx.budgets.scale
+
+    def sync_body(value: T) -> None:
+        if first_failure and time.monotonic() - first_failure[0] > budget and smallest:
+            raise _Budget(*smallest[-1])
+        try:
+            mismatches = ctx.block(body(value), ctx.budgets.stream_s * 2)
+        except StreamHung as exc:
+            raise Hung(str(exc), value) from None
+        if mismatches:
+            first_failure[:1] = first_failure[:1] or [time.monotonic()]
+            smallest.append((value, mismatches))
+            raise CaseFailed(mismatches)
+
+    def run() -> PropertyOutcome:
+        test: Callable[[T], None] = sync_body
+        with SEARCH_LOCK:
+            for value in explicit:
+                try:
+                    sync_body(value)
+                except CaseFailed as exc:
+                    return PropertyOutcome(False, exc.mismatches, f"explicit example: {value!r}", "", value)
+            try:
+                return run_property(strategy, test, config, ctx.session.seed)
+            except _Budget as exc:
+                return PropertyOutcome(
+                    False,
+                    exc.mismatches,
+                    f"(shrinking stopped after {budget:.0f}s) {exc.example!r}",
+                    "",
+                    exc.example,
+                )
+
+    return await asyncio.to_thread(run)
+
+
+def raise_outcome(ctx: Ctx, outcome: PropertyOutcome) -> None:
+    """Turn a failed search into the case's failure, with the shrunk example and a repro script."""
+    if outcome.passed:
+        return
+    calls = list(ctx.transcript)
+    if isinstance(outcome.last_failing, GenerateRequest):
+        calls = [Call(0.0, "inference", "generate", outcome.last_failing)]
+    ctx.repro = Repro(
+        kind="example",
+        example=outcome.example,
+        blob=outcome.blob,
+        seed=ctx.session.seed or None,
+        script=script(ctx.case_id, str(ctx.session.target.endpoint), calls),
+    )
+    raise CaseFailed(outcome.mismatches)

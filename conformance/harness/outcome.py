@@ -1,7 +1,9 @@
-"""What a case run produces: a verdict, every mismatch as want/got, and a repro."""
+"""What a case run produces: a verdict, every mismatch as want/got, and a repro; and the exceptions
+a case body ends with (failed with its mismatches, skipped, or a stream that hung)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -79,3 +81,23 @@ class CaseResult:
             "notes": self.notes,
             "baseline_reason": self.baseline_reason,
         }
+
+
+class CaseFailed(Exception):
+    """The target broke the case's clause; carries every mismatch found."""
+
+    def __init__(self, mismatches: Iterable[Mismatch]) -> None:
+        self.mismatches = list(mismatches)
+        super().__init__("; ".join(m.render() for m in self.mismatches) or "case failed")
+
+
+class CaseSkipped(Exception):
+    """The case does not apply to this target (a capability is absent, or a precondition cannot be met)."""
+
+
+class TargetDown(Exception):
+    """The target stopped answering; the runner checks liveness and may stop the run."""
+
+
+class StreamHung(Exception):
+    """A stream neither ended nor progressed within its budget (a property search stops on it)."""

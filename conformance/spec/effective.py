@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from conformance.target import TargetInfo
 from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams, StoppingCriteria
+
+if TYPE_CHECKING:
+    from conformance.harness.target import TargetInfo
 
 
 @dataclass(frozen=True, slots=True)

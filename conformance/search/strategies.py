@@ -1,7 +1,7 @@
 """Hypothesis strategies for lmrpc requests, built from what the target advertises.
 
 ``valid_requests`` only draws options whose capability is true and values inside the SAMPLE-5
-ranges, so every draw must be accepted; ``invalid_requests`` draws from ``conformance.invalid``,
+ranges, so every draw must be accepted; ``invalid_requests`` draws from ``conformance.search.invalid``,
 each with the status code the contract requires.
 """
 
@@ -11,7 +11,7 @@ import struct
 
 from hypothesis import strategies as st
 
-from conformance.target import TargetInfo
+from conformance.harness.target import TargetInfo
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,

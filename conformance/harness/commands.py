@@ -18,17 +18,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from conformance.baseline import Baseline, BaselineError
-from conformance.budgets import Budgets, Tuning
-from conformance.hyp import CI_PROFILE, EXPLORE_PROFILE
-from conformance.registry import Case, all_cases, expand_patterns, select
+from conformance.harness.outcome import CaseResult, Verdict
+from conformance.harness.runner import Progress, run_all
+from conformance.harness.session import Budgets, Session, Tuning
+from conformance.harness.target import Endpoint, Target, TlsOptions
+from conformance.report.baseline import Baseline, BaselineError
 from conformance.report.console import progress_bar, render
 from conformance.report.files import write_json, write_junit
 from conformance.report.model import EXIT_FAIL, EXIT_INFRA, EXIT_OK, RunReport, exit_code
-from conformance.results import CaseResult, Verdict
-from conformance.runner import Progress, run_all
-from conformance.session import Session
-from conformance.target import Endpoint, Target, TlsOptions
+from conformance.search.property import CI_PROFILE, EXPLORE_PROFILE
+from conformance.spec.registry import Case, all_cases, expand_patterns, select
 
 
 class UsageError(Exception):

@@ -1,13 +1,20 @@
-"""Layered time budgets, all multiplied by ``--time-scale``, and per-level example counts.
+"""State shared by every case of one run (the target, results computed once), its layered time
+budgets and its per-level search tuning.
 
-Defaults are sized for a CPU fake engine; a slow accelerator or a cold model runs with
+Budgets: defaults are sized for a CPU fake engine; a slow accelerator or a cold model runs with
 ``--time-scale 3`` (or more) instead of editing constants. Nothing in the harness waits on a
 hard-coded number of seconds: it asks ``Budgets``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.harness.target import Target, TargetInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +94,38 @@ class Tuning:
             machine_examples=max(1, max_examples // 3),
             machine_steps=base.machine_steps,
         )
+
+
+@dataclass(slots=True)
+class Session:
+    target: Target
+    budgets: Budgets
+    tuning: Tuning
+    seed: int = 0  # hypothesis seed for the explore profile; the ci profile is derandomized
+    profile: str = "conformance-ci"
+    run_token: str = field(default_factory=lambda: secrets.token_hex(3))
+    _memo: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    _ids: int = 0
+
+    @property
+    def info(self) -> TargetInfo:
+        return self.target.info
+
+    def next_id(self, tag: str) -> str:
+        """A request id unique within the run and valid under REQ-4."""
+        self._ids += 1
+        safe = "".join(c if c.isalnum() or c in "._:/-" else "-" for c in tag)[:60]
+        return f"cf-{self.run_token}-{self._ids}-{safe}"
+
+    def shared(self, key: str, factory: Callable[[], Awaitable[Any]]) -> asyncio.Task[Any]:
+        """Compute something once per run (the stream pool, a state-machine run) for many cases."""
+        task = self._memo.get(key)
+        if task is None:
+            task = asyncio.ensure_future(factory())
+            self._memo[key] = task
+        return task
+
+    def close(self) -> None:
+        for task in self._memo.values():
+            task.cancel()
+        self.target.close()

@@ -1,6 +1,6 @@
 """The numbered clauses of docs/contract.md (revision 1), mirrored so an installed harness needs no docs.
 
-``tests/unit/conformance/test_clauses.py`` parses docs/contract.md and fails when this table drifts
+``tests/unit/conformance/test_conformance_clauses.py`` parses docs/contract.md and fails when this table drifts
 from it (an ID, level, section or rule text that differs), so the mirror cannot go stale silently.
 """
 
