@@ -19,8 +19,8 @@ from conformance.cases._helpers import first_delta, ok
 from conformance.harness.context import Ctx
 from conformance.harness.load import load_counts, quiet_load
 from conformance.harness.requests import long_request, request
-from conformance.spec.clauses import CONTRACT_REVISION
 from conformance.spec.registry import case
+from lmrpc import CONTRACT_REVISION
 from lmrpc.v1 import AbortRequest, GetLoadRequest, GetModelInfoRequest, GetServerInfoRequest, RequestIds
 
 LMRPC_SERVICES = ("lmrpc.v1.InferenceService", "lmrpc.v1.ControlService")

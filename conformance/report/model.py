@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from conformance import HARNESS_VERSION, REPORT_SCHEMA
 from conformance.harness.outcome import CaseResult, Verdict
-from conformance.spec.clauses import CONTRACT_REVISION
+from lmrpc import CONTRACT_REVISION
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_STALE = 0, 1, 2, 3, 4
 
