@@ -59,16 +59,16 @@ async def generated_invalid(ctx: Ctx) -> None:
 @case("ERR-1", tag="control", requires=("tokenize",))
 async def control_invalid(ctx: Ctx) -> None:
     """Tokenize without input and Detokenize with an id >= vocab_size are INVALID_ARGUMENT."""
-    for method, message in (
-        ("tokenize", TokenizeRequest()),
-        ("detokenize", DetokenizeRequest(token_ids=[1, ctx.info.vocab_size])),
+    for what, outcome in (
+        ("Tokenize without input", await ctx.call_status(ctx.control.tokenize, TokenizeRequest())),
+        (
+            f"Detokenize([1, {ctx.info.vocab_size}])",
+            await ctx.call_status(
+                ctx.control.detokenize, DetokenizeRequest(token_ids=[1, ctx.info.vocab_size])
+            ),
+        ),
     ):
-        outcome = await ctx.rpc_status(method, message)
-        ctx.check.equal(
-            f"{method}({message!r}) status",
-            Status.INVALID_ARGUMENT.name,
-            outcome.status.name if outcome.status else "OK",
-        )
+        ctx.check.equal(f"{what}: status", Status.INVALID_ARGUMENT.name, outcome.code)
 
 
 @case("ERR-1", tag="embed", requires=("embed",))
@@ -76,14 +76,8 @@ async def embed_invalid(ctx: Ctx) -> None:
     """Embed with no texts, or a text longer than max_input_tokens, is INVALID_ARGUMENT."""
     limit = ctx.info.embedding.max_input_tokens if ctx.info.embedding else 512
     for label, texts in (("no texts", []), ("a text too long", ["word " * (limit + 16)])):
-        outcome = await ctx.rpc_status(
-            "embed", EmbedRequest(request_id=ctx.uid(), texts=texts), service="inference"
-        )
-        ctx.check.equal(
-            f"Embed with {label}",
-            Status.INVALID_ARGUMENT.name,
-            outcome.status.name if outcome.status else "OK",
-        )
+        outcome = await ctx.call_status(ctx.inference.embed, EmbedRequest(request_id=ctx.uid(), texts=texts))
+        ctx.check.equal(f"Embed with {label}", Status.INVALID_ARGUMENT.name, outcome.code)
 
 
 @case("ERR-3")

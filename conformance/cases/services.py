@@ -29,13 +29,18 @@ LMRPC_SERVICES = ("lmrpc.v1.InferenceService", "lmrpc.v1.ControlService")
 @case("SVC-1")
 async def both_services_served(ctx: Ctx) -> None:
     """The mandatory RPCs of both services are served (none answers UNIMPLEMENTED)."""
-    for method, message in (
-        ("get_server_info", GetServerInfoRequest()),
-        ("get_model_info", GetModelInfoRequest()),
-        ("get_load", GetLoadRequest()),
-        ("abort", AbortRequest(request_ids=RequestIds(ids=[ctx.uid("unknown")]))),
+    control = ctx.control
+    for method, outcome in (
+        ("GetServerInfo", await ctx.call_status(control.get_server_info, GetServerInfoRequest())),
+        ("GetModelInfo", await ctx.call_status(control.get_model_info, GetModelInfoRequest())),
+        ("GetLoad", await ctx.call_status(control.get_load, GetLoadRequest())),
+        (
+            "Abort",
+            await ctx.call_status(
+                control.abort, AbortRequest(request_ids=RequestIds(ids=[ctx.uid("unknown")]))
+            ),
+        ),
     ):
-        outcome = await ctx.rpc_status(method, message)
         ctx.check.that(
             outcome.status is not Status.UNIMPLEMENTED,
             f"ControlService {method}",

@@ -1,6 +1,10 @@
 """What a case body gets: the target, budgets, a mismatch collector (connect-style: a case records every
 difference, then fails once with all of them), and RPC helpers that record a transcript (replayed by
-the repro script when the case fails)."""
+the repro script when the case fails).
+
+Unary RPCs are typed: ``await ctx.call(ctx.control.abort, AbortRequest(...))`` returns an
+``AbortResponse``, and mypy rejects a request of the wrong type.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import betterproto2
 from grpclib.client import Channel
@@ -31,6 +35,16 @@ from lmrpc.v1 import (
 )
 
 T = TypeVar("T")
+Req = TypeVar("Req", bound=betterproto2.Message)
+Resp = TypeVar("Resp", bound=betterproto2.Message)
+_Req_contra = TypeVar("_Req_contra", bound=betterproto2.Message, contravariant=True)
+_Resp_co = TypeVar("_Resp_co", bound=betterproto2.Message, covariant=True)
+
+
+class Unary(Protocol[_Req_contra, _Resp_co]):
+    """A method of a generated stub, such as ``ctx.control.abort`` or ``ctx.inference.embed``."""
+
+    def __call__(self, message: _Req_contra, *, timeout: float | None = None) -> Awaitable[_Resp_co]: ...
 
 
 def show(value: Any) -> str:
@@ -90,10 +104,15 @@ class Call:
 
 
 @dataclass(slots=True)
-class RpcOutcome:
+class RpcOutcome(Generic[Resp]):
     status: Status | None  # None means OK
     message: str
-    response: Any = None
+    response: Resp | None = None
+
+    @property
+    def code(self) -> str:
+        """The status name, ``OK`` included (for want/got lines)."""
+        return self.status.name if self.status is not None else "OK"
 
 
 class Ctx:
@@ -180,41 +199,40 @@ class Ctx:
         await stream.cancel()
 
     # ── unary RPCs ───────────────────────────────────────────
-    def _stub(self, service: str) -> ControlServiceStub | InferenceServiceStub:
-        target = self.session.target
-        return target.control if service == "control" else target.inference
+    @property
+    def control(self) -> ControlServiceStub:
+        return self.session.target.control
 
-    async def rpc(
-        self,
-        method: str,
-        request: betterproto2.Message,
-        *,
-        service: str = "control",
-        timeout_s: float | None = None,
-    ) -> Any:
-        """Call a unary RPC; raises GRPCError for a non-OK status."""
-        self._record(service, method, request)
-        bound: Callable[..., Awaitable[Any]] = getattr(self._stub(service), method)
-        return await bound(request, timeout=timeout_s or self.budgets.rpc_s)
+    @property
+    def inference(self) -> InferenceServiceStub:
+        return self.session.target.inference
 
-    async def rpc_status(
-        self, method: str, request: betterproto2.Message, *, service: str = "control"
-    ) -> RpcOutcome:
+    async def call(self, method: Unary[Req, Resp], request: Req, *, timeout_s: float | None = None) -> Resp:
+        """Call a unary RPC of ``ctx.control`` or ``ctx.inference`` and record it in the transcript;
+        raises GRPCError for a non-OK status."""
+        service = (
+            "inference" if isinstance(getattr(method, "__self__", None), InferenceServiceStub) else "control"
+        )
+        self._record(service, getattr(method, "__name__", "?"), request)
+        return await method(request, timeout=timeout_s or self.budgets.rpc_s)
+
+    async def call_status(self, method: Unary[Req, Resp], request: Req) -> RpcOutcome[Resp]:
+        """Like ``call``, but a non-OK status is returned instead of raised."""
         try:
-            return RpcOutcome(None, "", await self.rpc(method, request, service=service))
+            return RpcOutcome(None, "", await self.call(method, request))
         except GRPCError as exc:
             return RpcOutcome(exc.status, exc.message or "")
 
     async def load(self) -> Load:
-        response = await self.rpc("get_load", GetLoadRequest())
+        response = await self.call(self.control.get_load, GetLoadRequest())
         return response.current or Load()
 
     async def tokenize(self, text: str) -> list[int]:
-        return list((await self.rpc("tokenize", TokenizeRequest(text=text))).token_ids)
+        return list((await self.call(self.control.tokenize, TokenizeRequest(text=text))).token_ids)
 
     async def detokenize(self, ids: list[int], skip_special_tokens: bool | None = None) -> str:
         request = DetokenizeRequest(token_ids=ids, skip_special_tokens=skip_special_tokens)
-        return str((await self.rpc("detokenize", request)).text)
+        return str((await self.call(self.control.detokenize, request)).text)
 
     async def wait_for(
         self,

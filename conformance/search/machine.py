@@ -136,7 +136,7 @@ def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBas
             with contextlib.suppress(
                 GRPCError
             ):  # how Abort answers is ABORT-1's business, not this machine's
-                ctx.block(ctx.rpc("abort", AbortRequest(request_ids=RequestIds(ids=[rid]))), wait)
+                ctx.block(ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[rid]))), wait)
 
         @precondition(lambda self: bool(self.streams))
         @rule(data=st.data())
@@ -170,7 +170,9 @@ def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBas
                 if not stream.done.is_set() and rid not in self.cancelled:
                     self.aborted.add(rid)
                     with contextlib.suppress(GRPCError):
-                        ctx.block(ctx.rpc("abort", AbortRequest(request_ids=RequestIds(ids=[rid]))), wait)
+                        ctx.block(
+                            ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[rid]))), wait
+                        )
 
             async def finish_all() -> list[StreamRecord]:  # side by side: an aborted request ends promptly
                 return list(

@@ -6,12 +6,14 @@ A case ID is its clause ID, plus a bracketed permutation when one clause has sev
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from conformance.spec.clauses import CLAUSES, Clause, Level
+from lmrpc.v1 import Capabilities
 
 if TYPE_CHECKING:  # the spec layer sits below the harness; cases get a Ctx at run time
     from conformance.harness.context import Ctx
@@ -40,28 +42,55 @@ class Case:
         return " ".join((self.body.__doc__ or "").split())
 
 
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One permutation of a case: the params its body reads (``ctx.params``), its tag (by default the
+    params as ``k=v``) and the capabilities it needs beyond the case's own."""
+
+    params: Mapping[str, object] = field(default_factory=dict)
+    tag: str | None = None
+    requires: tuple[str, ...] = ()
+
+
 REGISTRY: dict[str, Case] = {}
+CAPABILITIES = frozenset(f.name for f in dataclasses.fields(Capabilities))
+_REQUIREMENT = re.compile(r"^!?([a-z_]+)(>=\d+)?$")
+
+
+def check_requirement(requirement: str) -> str:
+    """A requirement names ``Capabilities`` fields: ``tokenize``, ``!stop_strings`` (absent),
+    ``max_outputs>=4``, ``a|b`` (either). A misspelt one would skip its case silently, so it is an
+    error at registration."""
+    for part in requirement.split("|"):
+        found = _REQUIREMENT.match(part)
+        if found is None or found.group(1) not in CAPABILITIES:
+            raise ValueError(f"requirement {requirement!r}: {part!r} names no Capabilities field")
+    return requirement
 
 
 def case(
     clause_id: str,
     *,
     tag: str | None = None,
-    variants: Sequence[dict[str, Any]] | None = None,
+    variants: Sequence[Variant] | None = None,
     requires: Iterable[str] = (),
     exclusive: bool = False,
     budget: float = 1.0,
     level: Level | None = None,
 ) -> Callable[[Body], Body]:
-    """Register a case (or one case per variant). A variant may carry ``_tag`` and ``_requires``."""
+    """Register a case (or one case per variant)."""
     clause = CLAUSES.get(clause_id)
     if clause is None:
         raise ValueError(f"clause_id={clause_id!r} is not a clause of docs/contract.md")
+    common = tuple(check_requirement(r) for r in requires)
+    for variant in variants or ():
+        for requirement in variant.requires:
+            check_requirement(requirement)
 
     def register(body: Body) -> Body:
-        for variant in variants or [{}]:
-            params = {k: v for k, v in variant.items() if not k.startswith("_")}
-            suffix = variant.get("_tag") or tag or ",".join(f"{k}={v}" for k, v in params.items())
+        for variant in variants or [Variant()]:
+            params = dict(variant.params)
+            suffix = variant.tag or tag or ",".join(f"{k}={v}" for k, v in params.items())
             case_id = f"{clause_id}[{suffix}]" if suffix else clause_id
             if case_id in REGISTRY:
                 raise ValueError(f"case {case_id} is registered twice")
@@ -69,7 +98,7 @@ def case(
                 id=case_id,
                 clause=clause,
                 level=level or clause.level,
-                requires=(*requires, *variant.get("_requires", ())),
+                requires=(*common, *variant.requires),
                 body=body,
                 params=params,
                 exclusive=exclusive,

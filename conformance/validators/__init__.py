@@ -40,7 +40,9 @@ async def gather_facts(ctx: Ctx, record: StreamRecord, others: Iterable[str] = (
         if request.text is not None:
             facts.prompt_ids = await ctx.tokenize(request.text)
         elif request.chat is not None:
-            facts.prompt_ids = list((await ctx.rpc("tokenize", TokenizeRequest(chat=request.chat))).token_ids)
+            facts.prompt_ids = list(
+                (await ctx.call(ctx.control.tokenize, TokenizeRequest(chat=request.chat))).token_ids
+            )
         eff = facts.eff(record)
         if eff.return_token_ids:
             for view in record.outputs().values():
