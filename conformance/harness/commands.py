@@ -138,7 +138,7 @@ async def execute(
         "contract_revision": server.contract_revision,
         "model": target.info.model.model_id,
     }
-    session = Session(target, budgets, tuning, seed=seed or 0, profile=profile)
+    session = Session(target, budgets, tuning, seed=seed, profile=profile)
     try:
         report.results = await run_all(session, cases, jobs=jobs, progress=progress)
     except asyncio.CancelledError:

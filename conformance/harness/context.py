@@ -19,7 +19,7 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung
+from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung, mismatch
 from conformance.harness.session import Budgets, Session, Tuning
 from conformance.harness.target import TargetInfo
 from conformance.stream.live import LiveStream
@@ -47,12 +47,6 @@ class Unary(Protocol[_Req_contra, _Resp_co]):
     def __call__(self, message: _Req_contra, *, timeout: float | None = None) -> Awaitable[_Resp_co]: ...
 
 
-def show(value: Any) -> str:
-    """A short, stable rendering of a value for want/got lines."""
-    text = repr(value)
-    return text if len(text) <= 400 else text[:380] + f"... ({len(text)} chars)"
-
-
 class Checker:
     """Accumulates mismatches. ``fail_if_any()`` ends the case when there are some."""
 
@@ -63,19 +57,17 @@ class Checker:
         return not self.mismatches
 
     def add(self, what: str, want: object, got: object) -> None:
-        want_s = want if isinstance(want, str) else show(want)
-        got_s = got if isinstance(got, str) else show(got)
-        self.mismatches.append(Mismatch(what, want_s, got_s))
+        self.mismatches.append(mismatch(what, want, got))
 
     def equal(self, what: str, want: object, got: object) -> bool:
         if want == got:
             return True
-        self.add(what, show(want), show(got))
+        self.add(what, want, got)
         return False
 
     def that(self, ok: bool, what: str, want: str, got: object) -> bool:
         if not ok:
-            self.add(what, want, got if isinstance(got, str) else show(got))
+            self.add(what, want, got)
         return ok
 
     def extend(self, mismatches: Iterable[Mismatch]) -> None:

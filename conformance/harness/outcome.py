@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class Verdict(StrEnum):
@@ -31,6 +32,19 @@ class Mismatch:
 
     def render(self) -> str:
         return f"{self.what}: want {self.want}, got {self.got}"
+
+
+def show(value: Any) -> str:
+    """A short, stable rendering of a value for want/got lines."""
+    text = repr(value)
+    return text if len(text) <= 400 else text[:380] + f"... ({len(text)} chars)"
+
+
+def mismatch(what: str, want: object, got: object) -> Mismatch:
+    """A Mismatch from any values: strings are taken as written, anything else as a short repr."""
+    return Mismatch(
+        what, want if isinstance(want, str) else show(want), got if isinstance(got, str) else show(got)
+    )
 
 
 @dataclass(slots=True)
@@ -93,10 +107,6 @@ class CaseFailed(Exception):
 
 class CaseSkipped(Exception):
     """The case does not apply to this target (a capability is absent, or a precondition cannot be met)."""
-
-
-class TargetDown(Exception):
-    """The target stopped answering; the runner checks liveness and may stop the run."""
 
 
 class StreamHung(Exception):

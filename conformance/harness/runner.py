@@ -18,7 +18,7 @@ from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
-from conformance.harness.context import Ctx, show
+from conformance.harness.context import Ctx
 from conformance.harness.outcome import (
     CaseFailed,
     CaseResult,
@@ -27,6 +27,7 @@ from conformance.harness.outcome import (
     Repro,
     StreamHung,
     Verdict,
+    show,
 )
 from conformance.harness.session import Session
 from conformance.report.repro import script

@@ -101,7 +101,7 @@ class Session:
     target: Target
     budgets: Budgets
     tuning: Tuning
-    seed: int = 0  # hypothesis seed for the explore profile; the ci profile is derandomized
+    seed: int | None = None  # hypothesis seed for the explore profile (0 is a seed); ci is derandomized
     profile: str = "conformance-ci"
     run_token: str = field(default_factory=lambda: secrets.token_hex(3))
     _memo: dict[str, asyncio.Task[Any]] = field(default_factory=dict)

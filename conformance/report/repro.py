@@ -70,11 +70,6 @@ if __name__ == "__main__":
 """
 
 
-def literal(message: object) -> str:
-    """A Python expression that rebuilds ``message`` (betterproto2 reprs are constructor calls)."""
-    return repr(message)
-
-
 def script(case_id: str, target: str, calls: Sequence[Call], filename: str = "repro.py") -> str:
     lines = [_HEADER.format(case_id=case_id, target=target, filename=filename)]
     for i, call in enumerate(calls):
@@ -88,11 +83,11 @@ def script(case_id: str, target: str, calls: Sequence[Call], filename: str = "re
                 extra += f", cancel_after={call.cancel_after!r}"
             lines.append(
                 f"        streams.append(asyncio.create_task(stream(client, {label!r}, "
-                f"{literal(call.request)}{extra})))"
+                f"{call.request!r}{extra})))"  # betterproto2 reprs are constructor calls
             )
         else:
             stub = "client.control" if call.service == "control" else "client.inference"
-            lines.append(f"        await unary({label!r}, {stub}.{call.method}({literal(call.request)}))")
+            lines.append(f"        await unary({label!r}, {stub}.{call.method}({call.request!r}))")
     if not calls:
         lines.append("        pass  # the case made no calls")
     return "\n".join(lines) + _FOOTER

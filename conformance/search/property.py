@@ -204,7 +204,7 @@ def raise_outcome(ctx: Ctx, outcome: PropertyOutcome) -> None:
         kind="example",
         example=outcome.example,
         blob=outcome.blob,
-        seed=ctx.session.seed or None,
+        seed=ctx.session.seed,
         script=script(ctx.case_id, str(ctx.session.target.endpoint), calls),
     )
     raise CaseFailed(outcome.mismatches)

@@ -42,12 +42,6 @@ def validator(clause: str) -> Callable[[Validator], Validator]:
     return register
 
 
-def M(what: str, want: object, got: object) -> Mismatch:
-    return Mismatch(
-        what, want if isinstance(want, str) else repr(want), got if isinstance(got, str) else repr(got)
-    )
-
-
 def terminal_seq(record: StreamRecord) -> int | None:
     """The seq of the message that ends the stream by the contract: the RequestError or the last needed finish."""
     finished: set[int] = set()

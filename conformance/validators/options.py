@@ -4,35 +4,35 @@ from __future__ import annotations
 
 import math
 
-from conformance.harness.outcome import Mismatch
+from conformance.harness.outcome import Mismatch, mismatch
 from conformance.stream.record import StreamRecord
-from conformance.validators.base import Facts, M, validator
+from conformance.validators.base import Facts, validator
 from lmrpc.v1 import FinishReason, TokenLogprob
 
 
 def _logprob_problems(where: str, lp: TokenLogprob, token: int | None, top_n: int) -> list[Mismatch]:
     out = []
     if token is not None and lp.token_id != token:
-        out.append(M(f"{where}.token_id", token, lp.token_id))
+        out.append(mismatch(f"{where}.token_id", token, lp.token_id))
     if not lp.logprob <= 0 or math.isnan(lp.logprob):
-        out.append(M(f"{where}.logprob", "<= 0", lp.logprob))
+        out.append(mismatch(f"{where}.logprob", "<= 0", lp.logprob))
     if lp.rank < 1:
-        out.append(M(f"{where}.rank", ">= 1", lp.rank))
+        out.append(mismatch(f"{where}.rank", ">= 1", lp.rank))
     if len(lp.top) != top_n:
-        out.append(M(f"{where}.top entries", top_n, len(lp.top)))
+        out.append(mismatch(f"{where}.top entries", top_n, len(lp.top)))
     values = [c.logprob for c in lp.top]
     if values != sorted(values, reverse=True):
-        out.append(M(f"{where}.top", "sorted by decreasing logprob", values))
+        out.append(mismatch(f"{where}.top", "sorted by decreasing logprob", values))
     for c in lp.top:
         if c.token_id == lp.token_id and not math.isclose(c.logprob, lp.logprob, rel_tol=1e-3, abs_tol=1e-3):
-            out.append(M(f"{where}: logprob of the sampled token in top", lp.logprob, c.logprob))
+            out.append(mismatch(f"{where}: logprob of the sampled token in top", lp.logprob, c.logprob))
     if lp.top:
         is_top = lp.top[0].token_id == lp.token_id or math.isclose(
             lp.logprob, lp.top[0].logprob, abs_tol=1e-6
         )
         if (lp.rank == 1) != is_top:
             out.append(
-                M(
+                mismatch(
                     f"{where}.rank",
                     "1 exactly when the token is the top candidate",
                     f"rank={lp.rank}, top[0]={lp.top[0].token_id}, token={lp.token_id}",
@@ -52,13 +52,17 @@ def stream_7(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         if not eff.return_logprobs:
             if delta.logprobs:
                 out.append(
-                    M(f"message {e.seq}: logprobs without return_logprobs", "none", len(delta.logprobs))
+                    mismatch(
+                        f"message {e.seq}: logprobs without return_logprobs", "none", len(delta.logprobs)
+                    )
                 )
             continue
         ids = list(delta.token_ids) if eff.return_token_ids else None
         if ids is not None and len(delta.logprobs) != len(ids):
             out.append(
-                M(f"message {e.seq}: TokenLogprob entries (one per token)", len(ids), len(delta.logprobs))
+                mismatch(
+                    f"message {e.seq}: TokenLogprob entries (one per token)", len(ids), len(delta.logprobs)
+                )
             )
             continue
         for i, lp in enumerate(delta.logprobs):
@@ -81,7 +85,7 @@ def stream_8(record: StreamRecord, facts: Facts) -> list[Mismatch]:
             continue
         if len(view.deltas) != 1:
             out.append(
-                M(
+                mismatch(
                     f"output {view.index}: TokenDeltas with final_only",
                     "exactly 1 holding all tokens",
                     len(view.deltas),
@@ -99,10 +103,12 @@ def stream_10(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         if delta is None:
             continue
         if not eff.return_text and delta.text:
-            out.append(M(f"message {e.seq}: text with return_text=false", "empty", delta.text))
+            out.append(mismatch(f"message {e.seq}: text with return_text=false", "empty", delta.text))
         if not eff.return_token_ids and delta.token_ids:
             out.append(
-                M(f"message {e.seq}: token_ids with return_token_ids=false", "empty", list(delta.token_ids))
+                mismatch(
+                    f"message {e.seq}: token_ids with return_token_ids=false", "empty", list(delta.token_ids)
+                )
             )
     prompt = record.prompt_info
     if (
@@ -111,7 +117,7 @@ def stream_10(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         and len(prompt.prompt_token_ids) != prompt.prompt_tokens
     ):
         out.append(
-            M(
+            mismatch(
                 "PromptInfo.prompt_token_ids (the prompt prompt_tokens counts)",
                 f"{prompt.prompt_tokens} ids",
                 f"{len(prompt.prompt_token_ids)} ids",
@@ -125,7 +131,7 @@ def sample_4(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     seed, prompt = facts.eff(record).seed, record.prompt_info
     if seed is None or prompt is None or prompt.seed == seed:
         return []
-    return [M("PromptInfo.seed (the seed in effect)", seed, prompt.seed)]
+    return [mismatch("PromptInfo.seed (the seed in effect)", seed, prompt.seed)]
 
 
 @validator("TOK-1")
@@ -135,7 +141,7 @@ def tok_1(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         return []
     if list(prompt.prompt_token_ids) != facts.prompt_ids:
         return [
-            M(
+            mismatch(
                 "PromptInfo.prompt_token_ids (== Tokenize of the same input)",
                 facts.prompt_ids,
                 list(prompt.prompt_token_ids),

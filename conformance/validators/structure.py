@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conformance.harness.outcome import Mismatch
+from conformance.harness.outcome import Mismatch, mismatch
 from conformance.stream.record import End, StreamRecord
-from conformance.validators.base import Facts, M, validator
+from conformance.validators.base import Facts, validator
 from lmrpc.v1 import FinishReason
 
 
@@ -12,19 +12,21 @@ from lmrpc.v1 import FinishReason
 def stream_1(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     if not record.events:
         return (
-            [M("first message", "PromptInfo", f"no messages, then {record.end.value}")]
+            [mismatch("first message", "PromptInfo", f"no messages, then {record.end.value}")]
             if record.ended_ok
             else []
         )
     out = []
     if record.events[0].kind != "prompt_info":
-        out.append(M("first message", "prompt_info", record.events[0].kind))
+        out.append(mismatch("first message", "prompt_info", record.events[0].kind))
     extra = [e.seq for e in record.events[1:] if e.kind == "prompt_info"]
     if extra:
-        out.append(M("PromptInfo messages", "exactly 1", f"{1 + len(extra)} (also at messages {extra})"))
+        out.append(
+            mismatch("PromptInfo messages", "exactly 1", f"{1 + len(extra)} (also at messages {extra})")
+        )
     prompt = record.prompt_info
     if prompt is not None and prompt.num_outputs != record.n:
-        out.append(M("PromptInfo.num_outputs", record.n, prompt.num_outputs))
+        out.append(mismatch("PromptInfo.num_outputs", record.n, prompt.num_outputs))
     return out
 
 
@@ -38,7 +40,7 @@ def stream_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         delivered = sum(len(d.token_ids) for d in view.deltas)
         if finish is not None and delivered > finish.completion_tokens:
             out.append(
-                M(
+                mismatch(
                     f"output {view.index}: token ids delivered in deltas (== completion_tokens)",
                     finish.completion_tokens,
                     f"{delivered} (repeated or cumulative ids)",
@@ -55,10 +57,12 @@ def stream_3(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         if body is None:
             continue
         if body.output_index is None:
-            out.append(M(f"message {e.seq} ({e.kind}).output_index", "present (also for output 0)", "absent"))
+            out.append(
+                mismatch(f"message {e.seq} ({e.kind}).output_index", "present (also for output 0)", "absent")
+            )
         elif not 0 <= body.output_index < record.n:
             out.append(
-                M(f"message {e.seq} ({e.kind}).output_index", f"in [0, {record.n})", body.output_index)
+                mismatch(f"message {e.seq} ({e.kind}).output_index", f"in [0, {record.n})", body.output_index)
             )
     return out[:5]
 
@@ -80,13 +84,13 @@ def stream_4(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         what = f"output {view.index}: concatenated text deltas vs Detokenize(its ids)"
         if by_string or finish.reason == FinishReason.ABORTED:
             if not full.startswith(view.text):
-                out.append(M(what, f"a prefix of {full!r}", view.text))
+                out.append(mismatch(what, f"a prefix of {full!r}", view.text))
         elif by_token and not eff.include_stop:
             shorter = facts.detok_but_last.get(view.index, "").rstrip("\ufffd")
             if not (full.startswith(view.text) and len(view.text) >= len(shorter)):
-                out.append(M(what + " (without the stop token)", repr(shorter), view.text))
+                out.append(mismatch(what + " (without the stop token)", repr(shorter), view.text))
         elif view.text not in (full, full.rstrip("\ufffd")):
-            out.append(M(what, full, view.text))
+            out.append(mismatch(what, full, view.text))
     return out
 
 
@@ -99,7 +103,7 @@ def stream_5(record: StreamRecord, facts: Facts) -> list[Mismatch]:
             continue
         if not e.text_is_utf8:
             out.append(
-                M(
+                mismatch(
                     f"message {e.seq}: text bytes",
                     "well-formed UTF-8 ending on a character boundary",
                     e.text_bytes,
@@ -108,7 +112,9 @@ def stream_5(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         elif "\ufffd" in delta.text:
             full = facts.detok.get(delta.output_index or 0)
             if full is not None and "\ufffd" not in full:
-                out.append(M(f"message {e.seq}: text", "no U+FFFD (the ids decode without it)", delta.text))
+                out.append(
+                    mismatch(f"message {e.seq}: text", "no U+FFFD (the ids decode without it)", delta.text)
+                )
     return out[:5]
 
 
@@ -122,7 +128,7 @@ def stream_6(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         return []
     from_others = foreign & facts.others
     return [
-        M(
+        mismatch(
             "request ids on this stream",
             repr(own),
             f"also {sorted(foreign)}" + (" (ids of concurrent requests)" if from_others else ""),
@@ -138,9 +144,9 @@ def req_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     own = record.request_id
     if own:
         wrong = [(i, got) for i, got in enumerate(ids) if got != own]
-        return [M(f"message {i}.request_id", own, got) for i, got in wrong[:3]]
+        return [mismatch(f"message {i}.request_id", own, got) for i, got in wrong[:3]]
     if not ids[0] or len(set(ids)) != 1:
-        return [M("server-assigned request_id", "one non-empty id on every message", sorted(set(ids)))]
+        return [mismatch("server-assigned request_id", "one non-empty id on every message", sorted(set(ids)))]
     return []
 
 
@@ -149,11 +155,13 @@ def err_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     out = []
     if record.events and record.end in (End.STATUS, End.BROKEN):
         got = f"{record.status.name if record.status else record.detail} after {len(record.events)} messages"
-        out.append(M("how an accepted stream ends", "status OK (a failure is a terminal RequestError)", got))
+        out.append(
+            mismatch("how an accepted stream ends", "status OK (a failure is a terminal RequestError)", got)
+        )
     errors = [e for e in record.events if e.kind == "error"]
     if len(errors) > 1 or (errors and errors[0] is not record.events[-1]):
         out.append(
-            M(
+            mismatch(
                 "RequestError",
                 "exactly one, as the terminal message",
                 f"{len(errors)}, at {[e.seq for e in errors]}",
@@ -161,5 +169,5 @@ def err_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         )
     for e in errors:
         if e.message.error is not None and e.message.error.code == 0:
-            out.append(M(f"message {e.seq}: RequestError.code", "a non-zero gRPC status", 0))
+            out.append(mismatch(f"message {e.seq}: RequestError.code", "a non-zero gRPC status", 0))
     return out

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conformance.harness.outcome import Mismatch
+from conformance.harness.outcome import Mismatch, mismatch
 from conformance.stream.record import StreamRecord
-from conformance.validators.base import Facts, M, validator
+from conformance.validators.base import Facts, validator
 from lmrpc.v1 import FinishReason
 
 
@@ -15,9 +15,9 @@ def usage_1(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     out = []
     early = [e.seq for e in record.events[:-1] if e.message.usage is not None]
     if early:
-        out.append(M("messages carrying Usage before the terminal one", "none", early[:6]))
+        out.append(mismatch("messages carrying Usage before the terminal one", "none", early[:6]))
     if record.ended_ok and record.events[-1].message.usage is None:
-        out.append(M("Usage on the terminal message", "set", "absent"))
+        out.append(mismatch("Usage on the terminal message", "set", "absent"))
     return out
 
 
@@ -29,11 +29,13 @@ def usage_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     out = []
     if usage.prompt_tokens != prompt.prompt_tokens:
         out.append(
-            M("Usage.prompt_tokens (== PromptInfo.prompt_tokens)", prompt.prompt_tokens, usage.prompt_tokens)
+            mismatch(
+                "Usage.prompt_tokens (== PromptInfo.prompt_tokens)", prompt.prompt_tokens, usage.prompt_tokens
+            )
         )
     if facts.prompt_ids is not None and usage.prompt_tokens != len(facts.prompt_ids):
         out.append(
-            M(
+            mismatch(
                 "Usage.prompt_tokens (== number of ids Tokenize returns)",
                 len(facts.prompt_ids),
                 usage.prompt_tokens,
@@ -50,7 +52,7 @@ def usage_3(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     total = sum(v.finish.completion_tokens for v in record.outputs().values() if v.finish is not None)
     if usage.completion_tokens != total:
         return [
-            M(
+            mismatch(
                 "Usage.completion_tokens (sum of OutputFinished.completion_tokens)",
                 total,
                 usage.completion_tokens,
@@ -64,7 +66,7 @@ def usage_4(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     usage = record.usage
     if usage is not None and usage.cached_prompt_tokens > usage.prompt_tokens:
         return [
-            M(
+            mismatch(
                 "Usage.cached_prompt_tokens",
                 f"<= prompt_tokens={usage.prompt_tokens}",
                 usage.cached_prompt_tokens,
@@ -86,12 +88,12 @@ def usage_5(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         carried = sum(len(d.token_ids) for d in view.deltas)
         what = f"output {view.index}: OutputFinished.completion_tokens"
         if eff.return_token_ids and got != carried:
-            out.append(M(what + " (== ids its deltas carried)", carried, got))
+            out.append(mismatch(what + " (== ids its deltas carried)", carried, got))
         if eff.max_tokens is not None and got > eff.max_tokens:
-            out.append(M(what, f"<= max_tokens={eff.max_tokens}", got))
+            out.append(mismatch(what, f"<= max_tokens={eff.max_tokens}", got))
         window_full = prompt is not None and prompt.prompt_tokens + got >= facts.info.max_context
         if got < eff.min_tokens and finish.reason != FinishReason.ABORTED and not window_full:
-            out.append(M(what, f">= min_tokens={eff.min_tokens}", got))
+            out.append(mismatch(what, f">= min_tokens={eff.min_tokens}", got))
     return out
 
 
@@ -103,14 +105,14 @@ def n_1(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     want = set(range(record.n))
     out = []
     if set(outputs) != want:
-        out.append(M("output indices in the stream", sorted(want), sorted(outputs)))
+        out.append(mismatch("output indices in the stream", sorted(want), sorted(outputs)))
     no_deltas = [
         i
         for i, v in outputs.items()
         if not v.deltas and v.finish is not None and v.finish.reason != FinishReason.ABORTED
     ]
     if no_deltas:
-        out.append(M("outputs with at least one TokenDelta", sorted(want), f"none for {no_deltas}"))
+        out.append(mismatch("outputs with at least one TokenDelta", sorted(want), f"none for {no_deltas}"))
     return out
 
 
@@ -122,7 +124,7 @@ def n_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     out = []
     if usage.prompt_tokens != prompt.prompt_tokens:
         out.append(
-            M(
+            mismatch(
                 f"Usage.prompt_tokens of an n={record.n} request (prompt counted once)",
                 prompt.prompt_tokens,
                 usage.prompt_tokens,
@@ -131,6 +133,8 @@ def n_2(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     total = sum(v.finish.completion_tokens for v in record.outputs().values() if v.finish is not None)
     if usage.completion_tokens != total:
         out.append(
-            M(f"Usage.completion_tokens of an n={record.n} request (summed)", total, usage.completion_tokens)
+            mismatch(
+                f"Usage.completion_tokens of an n={record.n} request (summed)", total, usage.completion_tokens
+            )
         )
     return out
