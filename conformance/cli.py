@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
         return int(exc.code or 0)
-    from conformance import app
+    from conformance.harness import commands as app
 
     try:
         if args.command == "list":

@@ -17,14 +17,14 @@ from typing import Any, TypeVar
 
 import pytest
 
-from conformance.baseline import Baseline
-from conformance.budgets import Budgets, Tuning
-from conformance.hyp import CI_PROFILE
-from conformance.registry import Case, all_cases, expand_patterns, matches, select
-from conformance.results import CaseResult, Verdict
-from conformance.runner import run_case
-from conformance.session import Session
-from conformance.target import Endpoint, Target
+from conformance.harness.outcome import CaseResult, Verdict
+from conformance.harness.runner import run_case
+from conformance.harness.session import Budgets, Session, Tuning
+from conformance.harness.target import Endpoint, Target
+from conformance.report.baseline import Baseline
+from conformance.report.model import failure_text
+from conformance.search.property import CI_PROFILE
+from conformance.spec.registry import Case, all_cases, expand_patterns, matches, select
 
 T = TypeVar("T")
 
@@ -96,13 +96,7 @@ class CaseItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if not isinstance(excinfo.value, ConformanceFailure):
             return str(super().repr_failure(excinfo))
-        r = excinfo.value.result
-        clause = self.case.clause
-        lines = [f"{clause.id} ({clause.level.value}): {clause.text}", "", r.reason]
-        lines += [f"  {m.what}\n    want: {m.want}\n    got:  {m.got}" for m in r.mismatches]
-        if r.repro is not None:
-            lines += ["", "minimal repro:", r.repro.example]
-        return "\n".join(lines)
+        return failure_text(excinfo.value.result)
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         return "lmrpc-conformance", None, self.case.id

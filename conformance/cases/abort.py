@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import accepted, first_delta, long_request, long_tokens, ok, request
-from conformance.context import Ctx
-from conformance.live import LiveStream
-from conformance.registry import case
-from conformance.streams import End
-from lmrpc.v1 import AbortRequest, AbortResponse, AllRequests, FinishReason, RequestIds
+from conformance.cases._helpers import accepted, first_delta, ok
+from conformance.harness.context import Ctx
+from conformance.harness.requests import long_request, long_tokens, request
+from conformance.spec.registry import Variant, case
+from conformance.stream.live import LiveStream
+from conformance.stream.record import End
+from lmrpc.v1 import AbortRequest, AllRequests, FinishReason, RequestIds
 
 
 async def abort(ctx: Ctx, *ids: str) -> dict[str, str]:
-    response: AbortResponse = await ctx.rpc("abort", AbortRequest(request_ids=RequestIds(ids=list(ids))))
+    response = await ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=list(ids))))
     return {o.request_id: o.status.name for o in response.outcomes}
 
 
@@ -103,7 +104,10 @@ async def abort_before_tokens(ctx: Ctx) -> None:
 
 @case(
     "ABORT-4",
-    variants=[{"n": 2, "_requires": ("max_outputs>=2",)}, {"n": 4, "_requires": ("max_outputs>=4",)}],
+    variants=[
+        Variant({"n": 2}, requires=("max_outputs>=2",)),
+        Variant({"n": 4}, requires=("max_outputs>=4",)),
+    ],
 )
 async def abort_covers_outputs(ctx: Ctx) -> None:
     """Aborting an n>1 request ends every one of its outputs."""
@@ -123,7 +127,7 @@ async def abort_all(ctx: Ctx) -> None:
     streams = [ctx.open(long_request(ctx, n=k)) for k in (None, n, None)]
     for stream in streams:
         await first_delta(ctx, stream)
-    response: AbortResponse = await ctx.rpc("abort", AbortRequest(all=AllRequests()))
+    response = await ctx.call(ctx.control.abort, AbortRequest(all=AllRequests()))
     outcomes = {o.request_id: o.status.name for o in response.outcomes}
     for stream in streams:
         ctx.check.equal(
@@ -154,11 +158,12 @@ async def abort_before_arrival(ctx: Ctx) -> None:
         await ctx.cancel(stream)
 
 
-@case("ABORT-7", variants=[{"_tag": "no-target", "empty": False}, {"_tag": "empty-ids", "empty": True}])
+@case(
+    "ABORT-7",
+    variants=[Variant({"empty": False}, tag="no-target"), Variant({"empty": True}, tag="empty-ids")],
+)
 async def abort_without_target(ctx: Ctx) -> None:
     """Abort with no target, or with an empty id list, is INVALID_ARGUMENT."""
     message = AbortRequest(request_ids=RequestIds(ids=[])) if ctx.params["empty"] else AbortRequest()
-    outcome = await ctx.rpc_status("abort", message)
-    ctx.check.equal(
-        f"Abort({message!r})", Status.INVALID_ARGUMENT.name, outcome.status.name if outcome.status else "OK"
-    )
+    outcome = await ctx.call_status(ctx.control.abort, message)
+    ctx.check.equal(f"Abort({message!r})", Status.INVALID_ARGUMENT.name, outcome.code)

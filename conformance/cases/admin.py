@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from conformance.cases._helpers import first_delta, long_request, ok, request
+from conformance.cases._helpers import first_delta, ok
 from conformance.cases.abort import abort
-from conformance.context import Ctx
-from conformance.registry import case
+from conformance.harness.context import Ctx
+from conformance.harness.requests import long_request, request
+from conformance.spec.registry import case
 from lmrpc.v1 import FlushCacheRequest, PauseGenerationRequest, ResumeGenerationRequest
 
 
@@ -16,7 +17,7 @@ async def pause_and_resume(ctx: Ctx) -> None:
     """While paused, new requests are accepted and wait and open streams stall; resume continues both."""
     running = ctx.open(long_request(ctx))
     await first_delta(ctx, running)
-    await ctx.rpc("pause_generation", PauseGenerationRequest())
+    await ctx.call(ctx.control.pause_generation, PauseGenerationRequest())
     try:
         settle = 0.3 * ctx.budgets.scale
         await asyncio.sleep(settle)  # tokens already on their way may still arrive
@@ -39,7 +40,7 @@ async def pause_and_resume(ctx: Ctx) -> None:
             waiting.record.summary(),
         )
     finally:
-        await ctx.rpc("resume_generation", ResumeGenerationRequest())
+        await ctx.call(ctx.control.resume_generation, ResumeGenerationRequest())
     ok(ctx, await waiting.finish(ctx.budgets.stream_s), "the request sent while paused, after resume")
     stalled = len(running.events)
     await running.read_until(lambda e: e.seq >= stalled, ctx.budgets.prompt_s)
@@ -59,5 +60,5 @@ async def flush_is_harmless(ctx: Ctx) -> None:
     req = request(ctx, "Once upon a time", temperature=0.0, max_tokens=ctx.tuning.max_tokens * 2)
     stream = ctx.open(req)
     await first_delta(ctx, stream)
-    await ctx.rpc("flush_cache", FlushCacheRequest())
+    await ctx.call(ctx.control.flush_cache, FlushCacheRequest())
     ok(ctx, await stream.finish(ctx.budgets.stream_s), "a request running across FlushCache")

@@ -7,20 +7,14 @@ import asyncio
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import (
-    expect_released,
-    first_delta,
-    long_request,
-    ok,
-    outputs_tokens,
-    quiet_load,
-    request,
-)
+from conformance.cases._helpers import first_delta, ok, outputs_tokens
 from conformance.cases.abort import abort
-from conformance.check import CaseSkipped
-from conformance.context import Ctx
-from conformance.registry import case
-from conformance.streams import End
+from conformance.harness.context import Ctx
+from conformance.harness.load import expect_released, quiet_load
+from conformance.harness.outcome import CaseSkipped
+from conformance.harness.requests import long_request, request
+from conformance.spec.registry import case
+from conformance.stream.record import End
 
 
 @case("ABORT-3", tag="abort", exclusive=True)

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import expect_rejected, ok, request, status_of
-from conformance.context import Ctx
-from conformance.props import raise_outcome, search
-from conformance.registry import case
-from conformance.results import Mismatch
-from conformance.strategies import PROMPTS, prompt_texts
+from conformance.cases._helpers import expect_rejected, ok, status_of
+from conformance.harness.context import Ctx, RpcOutcome
+from conformance.harness.outcome import Mismatch
+from conformance.harness.requests import request
+from conformance.search.property import raise_outcome, search
+from conformance.search.strategies import PROMPTS, prompt_texts
+from conformance.spec.registry import case
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,
@@ -83,22 +85,26 @@ for _cap, (_label, _mutate) in UNSUPPORTED_OPTION.items():
     _unsupported_option_case(_cap, _label, _mutate)
 
 
-def _unsupported_rpc_case(capability: str, method: str, service: str, message: object) -> None:
+def _unsupported_rpc_case(
+    capability: str, method: str, send: Callable[[Ctx], Awaitable[RpcOutcome[Any]]]
+) -> None:
     @case("CAP-1", tag=capability, requires=(f"!{capability}",))
     async def unimplemented(ctx: Ctx) -> None:
-        outcome = await ctx.rpc_status(method, message, service=service)  # type: ignore[arg-type]
-        ctx.check.equal(
-            f"{method} with {capability} not advertised",
-            Status.UNIMPLEMENTED.name,
-            outcome.status.name if outcome.status else "OK",
-        )
+        outcome = await send(ctx)
+        ctx.check.equal(f"{method} with {capability} not advertised", Status.UNIMPLEMENTED.name, outcome.code)
 
     unimplemented.__doc__ = f"With {capability} not advertised, {method} is UNIMPLEMENTED."
 
 
-_unsupported_rpc_case("embed", "embed", "inference", EmbedRequest(texts=["Hello"]))
-_unsupported_rpc_case("tokenize", "tokenize", "control", TokenizeRequest(text="Hello"))
-_unsupported_rpc_case("admin", "flush_cache", "control", FlushCacheRequest())
+_unsupported_rpc_case(
+    "embed", "Embed", lambda ctx: ctx.call_status(ctx.inference.embed, EmbedRequest(texts=["Hello"]))
+)
+_unsupported_rpc_case(
+    "tokenize", "Tokenize", lambda ctx: ctx.call_status(ctx.control.tokenize, TokenizeRequest(text="Hello"))
+)
+_unsupported_rpc_case(
+    "admin", "FlushCache", lambda ctx: ctx.call_status(ctx.control.flush_cache, FlushCacheRequest())
+)
 
 
 @case("CAP-2", tag="max_outputs")
@@ -170,7 +176,7 @@ async def tokenize_chat_matches_generate(ctx: Ctx) -> None:
             )
         ),
     )
-    tokenized = list((await ctx.rpc("tokenize", TokenizeRequest(chat=chat))).token_ids)
+    tokenized = list((await ctx.call(ctx.control.tokenize, TokenizeRequest(chat=chat))).token_ids)
     ctx.check.equal(
         "chat prompt ids: Tokenize vs Generate",
         tokenized,
@@ -194,7 +200,7 @@ async def round_trip(ctx: Ctx) -> None:
 async def embeddings_shape(ctx: Ctx) -> None:
     """One embedding per text, in order, each of EmbeddingModelInfo.dimensions values; prompt_tokens > 0."""
     texts = ["Hello", "A longer sentence about conformance testing.", "日本語"]
-    reply = await ctx.rpc("embed", EmbedRequest(request_id=ctx.uid(), texts=texts), service="inference")
+    reply = await ctx.call(ctx.inference.embed, EmbedRequest(request_id=ctx.uid(), texts=texts))
     dims = ctx.info.embedding.dimensions if ctx.info.embedding else None
     ctx.check.equal("number of embeddings", len(texts), len(reply.embeddings))
     ctx.check.equal("values per embedding", [dims] * len(texts), [len(e.values) for e in reply.embeddings])
@@ -212,7 +218,7 @@ async def embeddings_normalized(ctx: Ctx) -> None:
     texts = ["Hello", "conformance", "Hello"]
     first, second = await asyncio.gather(
         *(
-            ctx.rpc("embed", EmbedRequest(request_id=ctx.uid(), texts=t), service="inference")
+            ctx.call(ctx.inference.embed, EmbedRequest(request_id=ctx.uid(), texts=t))
             for t in (texts, texts[:1])
         )
     )

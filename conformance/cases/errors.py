@@ -8,17 +8,17 @@ import asyncio
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
-from conformance.cases._helpers import expect_rejected, long_request, ok, request, status_of
-from conformance.check import CaseSkipped
-from conformance.context import Ctx
-from conformance.invalid import INVALID, Invalid, applicable
-from conformance.live import RawMessage
-from conformance.pool import copy_request
-from conformance.props import raise_outcome, search
-from conformance.registry import case
-from conformance.results import Mismatch
-from conformance.strategies import invalid_requests
-from conformance.streams import End
+from conformance.cases._helpers import expect_rejected, ok, status_of
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped, Mismatch
+from conformance.harness.requests import long_request, request
+from conformance.search.invalid import INVALID, Invalid, applicable
+from conformance.search.pool import copy_request
+from conformance.search.property import raise_outcome, search
+from conformance.search.strategies import invalid_requests
+from conformance.spec.registry import case
+from conformance.stream.live import RawMessage
+from conformance.stream.record import End
 from lmrpc.v1 import DetokenizeRequest, EmbedRequest, FinishReason, GenerateRequest, TokenizeRequest
 
 
@@ -59,16 +59,16 @@ async def generated_invalid(ctx: Ctx) -> None:
 @case("ERR-1", tag="control", requires=("tokenize",))
 async def control_invalid(ctx: Ctx) -> None:
     """Tokenize without input and Detokenize with an id >= vocab_size are INVALID_ARGUMENT."""
-    for method, message in (
-        ("tokenize", TokenizeRequest()),
-        ("detokenize", DetokenizeRequest(token_ids=[1, ctx.info.vocab_size])),
+    for what, outcome in (
+        ("Tokenize without input", await ctx.call_status(ctx.control.tokenize, TokenizeRequest())),
+        (
+            f"Detokenize([1, {ctx.info.vocab_size}])",
+            await ctx.call_status(
+                ctx.control.detokenize, DetokenizeRequest(token_ids=[1, ctx.info.vocab_size])
+            ),
+        ),
     ):
-        outcome = await ctx.rpc_status(method, message)
-        ctx.check.equal(
-            f"{method}({message!r}) status",
-            Status.INVALID_ARGUMENT.name,
-            outcome.status.name if outcome.status else "OK",
-        )
+        ctx.check.equal(f"{what}: status", Status.INVALID_ARGUMENT.name, outcome.code)
 
 
 @case("ERR-1", tag="embed", requires=("embed",))
@@ -76,14 +76,8 @@ async def embed_invalid(ctx: Ctx) -> None:
     """Embed with no texts, or a text longer than max_input_tokens, is INVALID_ARGUMENT."""
     limit = ctx.info.embedding.max_input_tokens if ctx.info.embedding else 512
     for label, texts in (("no texts", []), ("a text too long", ["word " * (limit + 16)])):
-        outcome = await ctx.rpc_status(
-            "embed", EmbedRequest(request_id=ctx.uid(), texts=texts), service="inference"
-        )
-        ctx.check.equal(
-            f"Embed with {label}",
-            Status.INVALID_ARGUMENT.name,
-            outcome.status.name if outcome.status else "OK",
-        )
+        outcome = await ctx.call_status(ctx.inference.embed, EmbedRequest(request_id=ctx.uid(), texts=texts))
+        ctx.check.equal(f"Embed with {label}", Status.INVALID_ARGUMENT.name, outcome.code)
 
 
 @case("ERR-3")

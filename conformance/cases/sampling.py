@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 
-from conformance.cases._helpers import ok, outputs_tokens, request
-from conformance.context import Ctx
-from conformance.pool import copy_request
-from conformance.props import raise_outcome, search
-from conformance.registry import case
-from conformance.results import Mismatch
-from conformance.strategies import deterministic_requests
+from conformance.cases._helpers import ok, outputs_tokens
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import Mismatch
+from conformance.harness.requests import request
+from conformance.search.pool import copy_request
+from conformance.search.property import raise_outcome, search
+from conformance.search.strategies import deterministic_requests
+from conformance.spec.registry import case
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria
 
 

@@ -15,10 +15,12 @@ from grpclib.reflection.v1 import reflection_pb2 as refl_v1_pb2
 from grpclib.reflection.v1alpha import reflection_grpc as refl_v1alpha
 from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
 
-from conformance.cases._helpers import first_delta, load_counts, long_request, ok, quiet_load, request
-from conformance.clauses import CONTRACT_REVISION
-from conformance.context import Ctx
-from conformance.registry import case
+from conformance.cases._helpers import first_delta, ok
+from conformance.harness.context import Ctx
+from conformance.harness.load import load_counts, quiet_load
+from conformance.harness.requests import long_request, request
+from conformance.spec.registry import case
+from lmrpc import CONTRACT_REVISION
 from lmrpc.v1 import AbortRequest, GetLoadRequest, GetModelInfoRequest, GetServerInfoRequest, RequestIds
 
 LMRPC_SERVICES = ("lmrpc.v1.InferenceService", "lmrpc.v1.ControlService")
@@ -27,13 +29,18 @@ LMRPC_SERVICES = ("lmrpc.v1.InferenceService", "lmrpc.v1.ControlService")
 @case("SVC-1")
 async def both_services_served(ctx: Ctx) -> None:
     """The mandatory RPCs of both services are served (none answers UNIMPLEMENTED)."""
-    for method, message in (
-        ("get_server_info", GetServerInfoRequest()),
-        ("get_model_info", GetModelInfoRequest()),
-        ("get_load", GetLoadRequest()),
-        ("abort", AbortRequest(request_ids=RequestIds(ids=[ctx.uid("unknown")]))),
+    control = ctx.control
+    for method, outcome in (
+        ("GetServerInfo", await ctx.call_status(control.get_server_info, GetServerInfoRequest())),
+        ("GetModelInfo", await ctx.call_status(control.get_model_info, GetModelInfoRequest())),
+        ("GetLoad", await ctx.call_status(control.get_load, GetLoadRequest())),
+        (
+            "Abort",
+            await ctx.call_status(
+                control.abort, AbortRequest(request_ids=RequestIds(ids=[ctx.uid("unknown")]))
+            ),
+        ),
     ):
-        outcome = await ctx.rpc_status(method, message)
         ctx.check.that(
             outcome.status is not Status.UNIMPLEMENTED,
             f"ControlService {method}",

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.cases._helpers import ok, request
-from conformance.check import CaseSkipped
-from conformance.context import Ctx
-from conformance.registry import case
-from conformance.streams import OutputView, StreamRecord
+from conformance.cases._helpers import ok
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped
+from conformance.harness.requests import request
+from conformance.spec.registry import case
+from conformance.stream.record import OutputView, StreamRecord
 from lmrpc.v1 import ChatInput, ChatMessage, FinishReason, GenerateRequest, ResponseOptions, StopMatch
 
 DETERMINISTIC = "deterministic_greedy|seeded_sampling"

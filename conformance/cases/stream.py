@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
-from conformance.cases._helpers import accepted, long_request, ok, request
-from conformance.context import Ctx
-from conformance.pool import check_on_pool, copy_request
-from conformance.props import raise_outcome, search
-from conformance.registry import case
-from conformance.results import Mismatch
-from conformance.strategies import deterministic_requests
-from conformance.streams import StreamRecord
-from conformance.validate import STREAM_CLAUSES, gather_facts, validate
+from conformance.cases._helpers import accepted, ok
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import Mismatch
+from conformance.harness.requests import long_request, request
+from conformance.search.pool import check_on_pool, copy_request
+from conformance.search.property import raise_outcome, search
+from conformance.search.strategies import deterministic_requests
+from conformance.spec.registry import case
+from conformance.stream.record import StreamRecord
+from conformance.validators import STREAM_CLAUSES, gather_facts, validate
 from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams
 
 POOL_REQUIRES = {

@@ -9,10 +9,11 @@ import time
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import expect_rejected, ok, outputs_tokens, request
-from conformance.check import CaseSkipped
-from conformance.context import Ctx
-from conformance.registry import case
+from conformance.cases._helpers import expect_rejected, ok, outputs_tokens
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped
+from conformance.harness.requests import request
+from conformance.spec.registry import Variant, case
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 
 TEXTS = (
@@ -74,7 +75,11 @@ _prefix_case("short", "Hi there")
 
 
 @case(
-    "N-1", variants=[{"n": 2, "_requires": ("max_outputs>=2",)}, {"n": 4, "_requires": ("max_outputs>=4",)}]
+    "N-1",
+    variants=[
+        Variant({"n": 2}, requires=("max_outputs>=2",)),
+        Variant({"n": 4}, requires=("max_outputs>=4",)),
+    ],
 )
 async def n_outputs(ctx: Ctx) -> None:
     """An n-output request yields deltas and exactly one OutputFinished for each index 0..n-1, and no others."""

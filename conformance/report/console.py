@@ -12,11 +12,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.syntax import Syntax
 from rich.table import Table
 
-from conformance.clauses import CLAUSES
-from conformance.registry import Case
+from conformance.harness.outcome import CaseResult, Verdict
+from conformance.harness.runner import Progress as RunProgress
 from conformance.report.model import RunReport, badge
-from conformance.results import CaseResult, Verdict
-from conformance.runner import Progress as RunProgress
+from conformance.spec.clauses import CLAUSES
+from conformance.spec.registry import Case
 
 STYLE = {
     Verdict.PASS: "green",

@@ -7,9 +7,9 @@ import os
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from conformance.clauses import CLAUSES
-from conformance.report.model import RunReport
-from conformance.results import CaseResult, Verdict
+from conformance.harness.outcome import CaseResult, Verdict
+from conformance.report.model import RunReport, failure_text
+from conformance.spec.clauses import CLAUSES
 
 
 def _atomic_write(path: str, text: str) -> None:
@@ -23,17 +23,6 @@ def _atomic_write(path: str, text: str) -> None:
 
 def write_json(report: RunReport, path: str) -> None:
     _atomic_write(path, json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
-
-
-def _failure_text(result: CaseResult) -> str:
-    clause = CLAUSES[result.clause]
-    lines = [f"{clause.id} ({clause.level.value}): {clause.text}", ""]
-    lines += [f"- {m.what}\n    want: {m.want}\n    got:  {m.got}" for m in result.mismatches]
-    if result.reason and not result.mismatches:
-        lines.append(result.reason)
-    if result.repro is not None:
-        lines += ["", "Repro:", result.repro.example, "", result.repro.script]
-    return "\n".join(lines)
 
 
 def junit_xml(report: RunReport) -> str:
@@ -71,7 +60,7 @@ def junit_xml(report: RunReport) -> str:
             if result.verdict is Verdict.FAIL:
                 ET.SubElement(
                     case, "failure", message=result.reason[:500], type="ConformanceFailure"
-                ).text = _failure_text(result)
+                ).text = failure_text(result)
             elif result.verdict is Verdict.ERROR:
                 ET.SubElement(
                     case, "error", message=result.reason[:500], type="HarnessError"

@@ -6,8 +6,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from conformance import HARNESS_VERSION, REPORT_SCHEMA
-from conformance.clauses import CONTRACT_REVISION
-from conformance.results import CaseResult, Verdict
+from conformance.harness.outcome import CaseResult, Verdict
+from conformance.spec.clauses import CLAUSES
+from lmrpc import CONTRACT_REVISION
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_STALE = 0, 1, 2, 3, 4
 
@@ -47,6 +48,18 @@ class RunReport:
             "aborted": self.aborted,
             "cases": [r.to_json() for r in self.results],
         }
+
+
+def failure_text(result: CaseResult) -> str:
+    """A failure as plain text (JUnit, pytest): the clause, every mismatch as want/got, the repro."""
+    clause = CLAUSES[result.clause]
+    lines = [f"{clause.id} ({clause.level.value}): {clause.text}", ""]
+    lines += [f"- {m.what}\n    want: {m.want}\n    got:  {m.got}" for m in result.mismatches]
+    if result.reason and not result.mismatches:
+        lines.append(result.reason)
+    if result.repro is not None:
+        lines += ["", "Repro:", result.repro.example, "", result.repro.script]
+    return "\n".join(lines)
 
 
 def badge(report: RunReport) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference_server.engine.fake_sampling import Candidate, apply_penalties, sample_candidates
+from reference_server.engine.stopping import finish_after, suppressed_ids
 from reference_server.ipc import (
     EngineInfo,
     EngineLoad,
@@ -243,7 +244,8 @@ class FakeEngine:
     def _decode_one(self, group: _Group, out: _Output) -> SequenceOutput:
         request = group.request
         candidates = self._candidates(group, out)
-        allowed = [c for c in candidates if not self._masked(request, out, c.token_id)]
+        suppressed = suppressed_ids(request.stopping, self.config.eos_token_ids, len(out.token_ids))
+        allowed = [c for c in candidates if c.token_id not in suppressed]
         processed = apply_penalties(allowed, request.prompt_ids, out.token_ids, request.sampling)
         token_id = sample_candidates(processed, request.sampling, out.rng)
         out.token_ids.append(token_id)
@@ -276,11 +278,6 @@ class FakeEngine:
                 result.append(Candidate(eos, EOS_LOGIT))
         return result
 
-    def _masked(self, request: SubmitRequest, out: _Output, token_id: int) -> bool:
-        if len(out.token_ids) >= request.stopping.min_tokens:
-            return False
-        return token_id in request.stopping.stop_token_ids or token_id in self.config.eos_token_ids
-
     def _logprob(self, candidates: list[Candidate], token_id: int, top_n: int) -> TokenLogprob:
         background = self.config.vocab_size - len(candidates)
         log_z = _logsumexp([c.logit for c in candidates] + [BACKGROUND_LOGIT + math.log(max(background, 1))])
@@ -294,22 +291,16 @@ class FakeEngine:
         return TokenLogprob(token_id, logit - log_z, rank, top)
 
     def _finish(self, request: SubmitRequest, out: _Output) -> Finish | None:
-        token_id = out.token_ids[-1]
-        stopping = request.stopping
-        # stop tokens are masked out while the output is shorter than min_tokens
-        if token_id in stopping.stop_token_ids:
-            out.finished = True
-            return Finish("stop", stop_token_id=token_id)
-        if token_id in self.config.eos_token_ids and not stopping.ignore_eos:
-            out.finished = True
-            return Finish("stop", eos_token_id=token_id)
-        if len(out.token_ids) >= stopping.max_tokens:
-            out.finished = True
-            return Finish("length")
-        if len(request.prompt_ids) + len(out.token_ids) >= self.config.max_context_tokens:
-            out.finished = True
-            return Finish("length")
-        return None
+        finish = finish_after(
+            request.stopping,
+            self.config.eos_token_ids,
+            out.token_ids[-1],
+            num_output_tokens=len(out.token_ids),
+            num_tokens=len(request.prompt_ids) + len(out.token_ids),
+            max_context_tokens=self.config.max_context_tokens,
+        )
+        out.finished = finish is not None
+        return finish
 
     def _retire_if_done(self, group: _Group) -> None:
         if all(o.finished for o in group.outputs):

@@ -15,6 +15,7 @@ from reference_server.engine.kv_pool import KVPool, SlotTable
 from reference_server.engine.model_runner import ModelRunner
 from reference_server.engine.sampler import SampleRow, sample
 from reference_server.engine.sequence import RequestGroup, Sequence
+from reference_server.engine.stopping import finish_after, suppressed_ids
 from reference_server.ipc import (
     EngineInfo,
     EngineLoad,
@@ -206,10 +207,7 @@ class ModelEngine:
     def _sample_row(self, group: RequestGroup, seq: Sequence, logits_row: int) -> SampleRow:
         request = group.request
         stopping = request.stopping
-        masked: tuple[int, ...] = ()
-        if seq.num_output_tokens < stopping.min_tokens:
-            eos = () if stopping.ignore_eos else tuple(sorted(self.eos_token_ids))
-            masked = tuple(stopping.stop_token_ids) + eos
+        masked = suppressed_ids(stopping, self.eos_token_ids, seq.num_output_tokens)
         return SampleRow(
             logits_row=logits_row,
             sampling=request.sampling,
@@ -236,17 +234,14 @@ class ModelEngine:
         )
 
     def _finish(self, request: SubmitRequest, seq: Sequence, token_id: int) -> Finish | None:
-        stopping = request.stopping
-        if token_id in stopping.stop_token_ids:
-            return Finish("stop", stop_token_id=token_id)
-        if token_id in self.eos_token_ids and not stopping.ignore_eos:
-            return Finish("stop", eos_token_id=token_id)
-        if (
-            seq.num_output_tokens >= stopping.max_tokens
-            or seq.num_tokens >= self.model.config.max_context_tokens
-        ):
-            return Finish("length")
-        return None
+        return finish_after(
+            request.stopping,
+            self.eos_token_ids,
+            token_id,
+            num_output_tokens=seq.num_output_tokens,
+            num_tokens=seq.num_tokens,
+            max_context_tokens=self.model.config.max_context_tokens,
+        )
 
     def _retire_if_done(self, group: RequestGroup) -> None:
         if group.done:

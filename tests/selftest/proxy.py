@@ -19,7 +19,7 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality, Handler
 from grpclib.server import Server, Stream
 
-from conformance.live import RawMessage
+from conformance.stream.live import RawMessage
 from lmrpc.v1 import (
     AbortRequest,
     ControlServiceStub,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.registry import all_cases, matches
+from conformance.spec.registry import all_cases, matches
 
 from .lanes import Lane, Outcome, _cases, run_harness
 from .mutants import MUTANTS, Mutant

@@ -10,7 +10,7 @@ from typing import Any
 from grpclib import GRPCError, Status
 from grpclib.server import Stream
 
-from conformance.live import RawMessage
+from conformance.stream.live import RawMessage
 from lmrpc.v1 import (
     AbortOutcome,
     AbortRequest,

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from grpclib import GRPCError, Status
 
-from conformance.wire import length_field, split_fields
+from conformance.stream.wire import length_field, split_fields
 from lmrpc.v1 import FinishReason, GenerateResponse, PromptInfo, TokenDelta, Usage
 
 from ..proxy import Call, Out

@@ -9,7 +9,7 @@ from grpclib.const import Cardinality, Handler
 from grpclib.health.v1.health_pb2 import HealthCheckRequest
 from grpclib.server import Stream
 
-from conformance.live import RawMessage
+from conformance.stream.live import RawMessage
 from lmrpc.v1 import AbortResponse, PauseGenerationResponse
 
 from .base import Mutant

@@ -1,25 +1,38 @@
-"""The clause mirror matches docs/contract.md, and the case library covers the contract."""
+"""The harness reads its clauses from docs/contract.md, and the case library covers the contract."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.clauses import CLAUSES, MUST, parse_contract
-from conformance.registry import all_cases
+from conformance.spec.clauses import CLAUSES, MUST, parse_contract, revision_of
+from conformance.spec.registry import all_cases
+from lmrpc import CONTRACT_REVISION
 
 CONTRACT = Path(__file__).resolve().parents[3] / "docs" / "contract.md"
 
 
-def test_mirror_matches_the_contract() -> None:
+def test_the_packaged_contract_is_docs_contract() -> None:
+    packaged = Path(__file__).resolve().parents[3] / "conformance" / "spec" / "contract.md"
+    assert packaged.read_bytes() == CONTRACT.read_bytes()
     parsed = parse_contract(CONTRACT.read_text(encoding="utf-8"))
-    assert [c.id for c in parsed] == list(CLAUSES), "clause IDs or their order differ from docs/contract.md"
-    for clause in parsed:
-        mirrored = CLAUSES[clause.id]
-        assert (mirrored.level, mirrored.section, mirrored.text) == (
-            clause.level,
-            clause.section,
-            clause.text,
-        ), clause.id
+    assert [c.id for c in parsed] == list(CLAUSES)
+    assert [(c.level, c.section, c.text) for c in parsed] == [
+        (c.level, c.section, c.text) for c in CLAUSES.values()
+    ]
+
+
+def test_one_contract_revision() -> None:
+    assert revision_of(CONTRACT.read_text(encoding="utf-8")) == CONTRACT_REVISION
+
+
+def test_clause_ids_are_unique_and_every_row_is_read() -> None:
+    text = CONTRACT.read_text(encoding="utf-8")
+    rows = [
+        line
+        for line in text.splitlines()
+        if line.startswith("| ") and ("| MUST |" in line or "| SHOULD |" in line)
+    ]
+    assert len(rows) == len(CLAUSES), "a clause row the parser does not read, or a duplicate ID"
 
 
 def test_every_case_names_an_existing_clause() -> None:

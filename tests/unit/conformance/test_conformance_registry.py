@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.registry import all_cases, expand_patterns, matches, select
+from conformance.spec.registry import all_cases, case, check_requirement, expand_patterns, matches, select
 
 
 def ids(**kw: object) -> set[str]:
@@ -43,6 +43,18 @@ def test_case_ids_are_unique_and_stable_prefixes() -> None:
     cases = all_cases()
     assert len({c.id for c in cases}) == len(cases)
     with pytest.raises(ValueError):
-        from conformance.registry import case
-
         case("NO-SUCH-1")
+
+
+@pytest.mark.parametrize(
+    "typo", ["tokenise", "!stop_string", "max_output>=2", "logprobs|finalonly", "embed>2"]
+)
+def test_a_misspelt_requirement_is_an_error_at_registration(typo: str) -> None:
+    with pytest.raises(ValueError, match="names no Capabilities field"):
+        case("TOK-2", tag="typo", requires=(typo,))
+
+
+def test_every_shipped_requirement_names_a_capability() -> None:
+    for c in all_cases():
+        for requirement in c.requires:
+            assert check_requirement(requirement) == requirement

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance.baseline import Baseline, BaselineError
-from conformance.context import Call
-from conformance.registry import all_cases
+from conformance.harness.context import Call
+from conformance.harness.outcome import CaseResult, Mismatch, Repro, Verdict
+from conformance.report.baseline import Baseline, BaselineError
 from conformance.report.files import junit_xml, write_json
 from conformance.report.model import RunReport, badge, exit_code
-from conformance.repro import script
-from conformance.results import CaseResult, Mismatch, Repro, Verdict
+from conformance.report.repro import script
+from conformance.spec.registry import all_cases
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria
 
 

@@ -8,9 +8,9 @@ import re
 
 from hypothesis import given, settings
 
-from conformance.hyp import CI_PROFILE
-from conformance.strategies import invalid_requests, valid_requests
-from conformance.target import TargetInfo
+from conformance.harness.target import TargetInfo
+from conformance.search.property import CI_PROFILE
+from conformance.search.strategies import invalid_requests, valid_requests
 from lmrpc.v1 import Capabilities, GenerateRequest, ModelInfo, ServerInfo
 
 FULL = TargetInfo(

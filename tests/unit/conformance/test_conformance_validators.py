@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
-from conformance.streams import End, Event, StreamRecord, event_kind
-from conformance.target import TargetInfo
-from conformance.validate import STREAM_CLAUSES
-from conformance.validate_core import VALIDATORS, Facts
+from conformance.harness.target import TargetInfo
+from conformance.stream.record import End, Event, StreamRecord, event_kind
+from conformance.validators import STREAM_CLAUSES
+from conformance.validators.base import VALIDATORS, Facts
 from lmrpc.v1 import (
     Capabilities,
     EffectiveDefaults,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.wire import decode_response, length_field, read_varint, split_fields, write_varint
+from conformance.stream.wire import decode_response, length_field, read_varint, split_fields, write_varint
 from lmrpc.v1 import GenerateResponse, PromptInfo, TokenDelta
 
 

@@ -1,0 +1,289 @@
+"""The commands behind the CLI: run, list and replay."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import random
+import re
+import signal
+import time
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from conformance.harness.outcome import CaseResult, Verdict
+from conformance.harness.runner import Progress, run_all
+from conformance.harness.session import Budgets, Session, Tuning
+from conformance.harness.target import Endpoint, Target, TlsOptions
+from conformance.report.baseline import Baseline, BaselineError
+from conformance.report.console import progress_bar, render
+from conformance.report.files import write_json, write_junit
+from conformance.report.model import EXIT_FAIL, EXIT_INFRA, EXIT_OK, RunReport, exit_code
+from conformance.search.property import CI_PROFILE, EXPLORE_PROFILE
+from conformance.spec.registry import Case, all_cases, expand_patterns, select
+
+
+class UsageError(Exception):
+    """Bad arguments or input files (exit 2)."""
+
+
+def _tls(args: argparse.Namespace) -> TlsOptions | None:
+    if not (args.tls or args.tls_ca or args.tls_cert or args.tls_insecure):
+        return None
+    return TlsOptions(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name, args.tls_insecure)
+
+
+def _profile(args: argparse.Namespace) -> tuple[str, int | None]:
+    name = args.profile or ("explore" if args.seed is not None else "ci")
+    if name == "ci":
+        return CI_PROFILE, None
+    return EXPLORE_PROFILE, args.seed if args.seed is not None else random.randrange(2**32)
+
+
+def list_cases(args: argparse.Namespace) -> int:
+    cases = select(
+        all_cases(), level=args.level, run=expand_patterns(args.run), skip=expand_patterns(args.skip)
+    )
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "id": c.id,
+                        "clause": c.clause.id,
+                        "level": c.level.value,
+                        "group": c.group,
+                        "requires": list(c.requires),
+                        "exclusive": c.exclusive,
+                        "doc": c.doc,
+                    }
+                    for c in cases
+                ],
+                indent=2,
+            )
+        )
+        return EXIT_OK
+    table = Table(
+        "case", "clause", "level", "requires", "doc", title=f"{len(cases)} cases", title_justify="left"
+    )
+    for c in cases:
+        table.add_row(
+            escape(c.id),
+            c.clause.id,
+            c.level.value,
+            escape(", ".join(c.requires) or "-"),
+            escape(c.doc.split("\n")[0]),
+        )
+    Console().print(table)
+    return EXIT_OK
+
+
+def _not_run(cases: list[Case], done: dict[str, CaseResult], reason: str) -> list[CaseResult]:
+    return [
+        done.get(c.id) or CaseResult(c.id, c.clause.id, c.level.value, Verdict.NOT_RUN, reason=reason)
+        for c in cases
+    ]
+
+
+def _write_repros(results: list[CaseResult], directory: str) -> None:
+    for result in results:
+        if result.verdict is Verdict.FAIL and result.repro is not None and result.repro.script:
+            os.makedirs(directory, exist_ok=True)
+            path = os.path.join(
+                directory, re.sub(r"[^A-Za-z0-9_.-]+", "_", result.case_id).strip("_") + ".py"
+            )
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(result.repro.script)
+            result.repro.script_path = path
+
+
+async def execute(
+    endpoint: Endpoint,
+    cases: list[Case],
+    *,
+    budgets: Budgets,
+    tuning: Tuning,
+    profile: str,
+    seed: int | None,
+    jobs: int,
+    progress: Progress,
+    report: RunReport,
+) -> None:
+    """Connect, run ``cases`` and fill ``report``; partial results survive interruption."""
+    done: dict[str, CaseResult] = {}
+    inner_result = progress.on_result
+
+    def on_result(result: CaseResult) -> None:
+        done[result.case_id] = result
+        inner_result(result)
+
+    progress.on_result = on_result
+    try:
+        target = await Target.connect(endpoint, budgets.connect_s)
+    except Exception as exc:  # unreachable, refused, TLS, not an lmrpc server...
+        report.aborted = f"target {endpoint} unreachable: {type(exc).__name__}: {exc}"
+        report.results = _not_run(cases, done, report.aborted)
+        return
+    server = target.info.server
+    report.server = {
+        "name": server.server_name,
+        "version": server.server_version,
+        "contract_revision": server.contract_revision,
+        "model": target.info.model.model_id,
+    }
+    session = Session(target, budgets, tuning, seed=seed, profile=profile)
+    try:
+        report.results = await run_all(session, cases, jobs=jobs, progress=progress)
+    except asyncio.CancelledError:
+        report.aborted = "interrupted"
+        report.results = _not_run(cases, done, "interrupted")
+    finally:
+        session.close()
+    down = [
+        r.reason
+        for r in report.results
+        if r.verdict is Verdict.NOT_RUN and r.reason.startswith("target down")
+    ]
+    if down:
+        report.aborted = down[0]
+
+
+async def run(args: argparse.Namespace) -> int:
+    try:
+        baseline = Baseline.load(args.baseline) if args.baseline else None
+        endpoint = Endpoint.parse(args.target, _tls(args))
+        tuning = Tuning.for_level(args.level, args.max_examples)
+    except (BaselineError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    registry = all_cases()
+    cases = select(registry, level=args.level, run=expand_patterns(args.run), skip=expand_patterns(args.skip))
+    if not cases:
+        raise UsageError(f"no case matches --level {args.level} --run {args.run} --skip {args.skip}")
+    profile, seed = _profile(args)
+    budgets = Budgets(scale=args.time_scale)
+    report = RunReport(
+        str(endpoint),
+        [],
+        level=args.level,
+        started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        settings={
+            "time_scale": args.time_scale,
+            "profile": profile,
+            "seed": seed,
+            "examples": tuning.examples,
+            "pool_size": tuning.pool_size,
+            "jobs": args.jobs,
+            "run": args.run,
+            "skip": args.skip,
+            "baseline": args.baseline,
+        },
+    )
+    console = Console(highlight=False)
+    bar, progress = progress_bar(console, len(cases))
+    started = time.monotonic()
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, lambda: task.cancel() if task else None)
+    try:
+        with bar if not args.quiet else contextlib.nullcontext():
+            await execute(
+                endpoint,
+                cases,
+                budgets=budgets,
+                tuning=tuning,
+                profile=profile,
+                seed=seed,
+                jobs=args.jobs,
+                progress=progress,
+                report=report,
+            )
+    except asyncio.CancelledError:
+        report.aborted = report.aborted or "interrupted"
+    finally:
+        report.duration_s = time.monotonic() - started
+        if not report.results:
+            report.results = _not_run(cases, {}, report.aborted or "not run")
+        if baseline is not None:
+            report.stale = baseline.apply(report.results, registry)
+        if args.write_baseline:
+            _write_baseline(baseline or Baseline(), report, registry, args.write_baseline, console)
+        _write_repros(report.results, args.repro_dir)
+        if args.json:
+            write_json(report, args.json)
+        if args.junit:
+            write_junit(report, args.junit)
+    render(console, report, verbose=args.verbose, quiet=args.quiet)
+    return exit_code(report)
+
+
+def _write_baseline(
+    baseline: Baseline, report: RunReport, registry: Sequence[Case], path: str, console: Console
+) -> None:
+    today = datetime.datetime.now(datetime.UTC).date().isoformat()
+    updated = baseline.updated(report.results, registry, today)
+    try:
+        updated.write(path)
+    except OSError as exc:
+        console.print(f"[red]cannot write the baseline {escape(path)}: {escape(str(exc))}")
+        return
+    console.print(f"wrote {len(updated.entries)} known failure(s) to {escape(path)}")
+
+
+async def replay(args: argparse.Namespace) -> int:
+    try:
+        with open(args.report, encoding="utf-8") as handle:
+            previous = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"report={args.report!r}: {exc}") from exc
+    wanted = set(args.cases) or {
+        c["id"] for c in previous.get("cases", []) if c["verdict"] in ("FAIL", "ERROR")
+    }
+    cases = [c for c in all_cases() if c.id in wanted]
+    unknown = wanted - {c.id for c in cases}
+    if unknown:
+        raise UsageError(f"no such case: {', '.join(sorted(unknown))}")
+    if not cases:
+        print("nothing to replay: the report has no failures")
+        return EXIT_OK
+    settings = previous.get("settings", {})
+    if args.seed is None and settings.get("seed") is not None:
+        args.seed, args.profile = settings["seed"], args.profile or "explore"
+    args.time_scale = args.time_scale if args.time_scale != 1.0 else settings.get("time_scale", 1.0)
+    target = args.target or previous.get("target")
+    try:
+        endpoint = Endpoint.parse(target, _tls(args))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    profile, seed = _profile(args)
+    report = RunReport(str(endpoint), [], level="all")
+    await execute(
+        endpoint,
+        cases,
+        budgets=Budgets(scale=args.time_scale),
+        tuning=Tuning.for_level(previous.get("level", "all"), args.max_examples),
+        profile=profile,
+        seed=seed,
+        jobs=args.jobs,
+        progress=Progress(),
+        report=report,
+    )
+    console = Console(highlight=False)
+    for r in report.results:
+        word = {Verdict.PASS: "[green]FIXED", Verdict.FAIL: "[red]STILL FAILING"}.get(
+            r.verdict, r.verdict.value
+        )
+        console.print(f"{word}[/] {escape(r.case_id)} {escape(r.reason)}")
+        for m in r.mismatches:
+            console.print(f"    {escape(m.render())}")
+    if report.aborted:
+        console.print(f"[red]{escape(report.aborted)}")
+        return EXIT_INFRA
+    return EXIT_FAIL if any(r.verdict.is_failure for r in report.results) else EXIT_OK

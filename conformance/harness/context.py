@@ -1,0 +1,262 @@
+"""What a case body gets: the target, budgets, a mismatch collector (connect-style: a case records every
+difference, then fails once with all of them), and RPC helpers that record a transcript (replayed by
+the repro script when the case fails).
+
+Unary RPCs are typed: ``await ctx.call(ctx.control.abort, AbortRequest(...))`` returns an
+``AbortResponse``, and mypy rejects a request of the wrong type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import betterproto2
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung, mismatch
+from conformance.harness.session import Budgets, Session, Tuning
+from conformance.harness.target import TargetInfo
+from conformance.stream.live import LiveStream
+from conformance.stream.record import End, StreamRecord
+from lmrpc.v1 import (
+    ControlServiceStub,
+    DetokenizeRequest,
+    GenerateRequest,
+    GetLoadRequest,
+    InferenceServiceStub,
+    Load,
+    TokenizeRequest,
+)
+
+T = TypeVar("T")
+Req = TypeVar("Req", bound=betterproto2.Message)
+Resp = TypeVar("Resp", bound=betterproto2.Message)
+_Req_contra = TypeVar("_Req_contra", bound=betterproto2.Message, contravariant=True)
+_Resp_co = TypeVar("_Resp_co", bound=betterproto2.Message, covariant=True)
+
+
+class Unary(Protocol[_Req_contra, _Resp_co]):
+    """A method of a generated stub, such as ``ctx.control.abort`` or ``ctx.inference.embed``."""
+
+    def __call__(self, message: _Req_contra, *, timeout: float | None = None) -> Awaitable[_Resp_co]: ...
+
+
+class Checker:
+    """Accumulates mismatches. ``fail_if_any()`` ends the case when there are some."""
+
+    def __init__(self) -> None:
+        self.mismatches: list[Mismatch] = []
+
+    def __bool__(self) -> bool:
+        return not self.mismatches
+
+    def add(self, what: str, want: object, got: object) -> None:
+        self.mismatches.append(mismatch(what, want, got))
+
+    def equal(self, what: str, want: object, got: object) -> bool:
+        if want == got:
+            return True
+        self.add(what, want, got)
+        return False
+
+    def that(self, ok: bool, what: str, want: str, got: object) -> bool:
+        if not ok:
+            self.add(what, want, got)
+        return ok
+
+    def extend(self, mismatches: Iterable[Mismatch]) -> None:
+        self.mismatches.extend(mismatches)
+
+    def fail_if_any(self) -> None:
+        if self.mismatches:
+            raise CaseFailed(self.mismatches)
+
+    def fail(self, what: str, want: object, got: object) -> None:
+        self.add(what, want, got)
+        raise CaseFailed(self.mismatches)
+
+
+@dataclass(slots=True)
+class Call:
+    """One RPC of the transcript. ``t_s`` is relative to the case start."""
+
+    t_s: float
+    service: str  # "control" | "inference"
+    method: str  # the stub's method name, e.g. "abort", "generate"
+    request: betterproto2.Message
+    deadline_s: float | None = None
+    cancel_after: int | None = None  # Generate: the client cancelled after this many messages
+    outcome: str = ""
+
+
+@dataclass(slots=True)
+class RpcOutcome(Generic[Resp]):
+    status: Status | None  # None means OK
+    message: str
+    response: Resp | None = None
+
+    @property
+    def code(self) -> str:
+        """The status name, ``OK`` included (for want/got lines)."""
+        return self.status.name if self.status is not None else "OK"
+
+
+class Ctx:
+    def __init__(self, session: Session, case_id: str, params: dict[str, Any]) -> None:
+        self.session = session
+        self.case_id = case_id
+        self.params = params
+        self.check = Checker()
+        self.transcript: list[Call] = []
+        self.notes: list[str] = []
+        self.loop = asyncio.get_running_loop()
+        self._t0 = time.monotonic()
+        self._streams: list[LiveStream] = []
+        self._calls: dict[int, Call] = {}
+        self.closed = False
+        self.repro: Repro | None = None  # set by property and state-machine cases that shrank a failure
+
+    @property
+    def info(self) -> TargetInfo:
+        return self.session.info
+
+    @property
+    def budgets(self) -> Budgets:
+        return self.session.budgets
+
+    @property
+    def tuning(self) -> Tuning:
+        return self.session.tuning
+
+    def uid(self, tag: str = "") -> str:
+        return self.session.next_id(f"{self.case_id}{'-' + tag if tag else ''}")
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def _record(self, service: str, method: str, request: betterproto2.Message, **extra: Any) -> Call:
+        call = Call(time.monotonic() - self._t0, service, method, request, **extra)
+        self.transcript.append(call)
+        return call
+
+    # ── Generate ─────────────────────────────────────────────
+    def open(
+        self,
+        request: GenerateRequest,
+        *,
+        deadline_s: float | None = None,
+        channel: Channel | None = None,
+        idle_s: float | None = None,
+    ) -> LiveStream:
+        """Start a Generate call in the background (``idle_s``: longest silence before it counts as hung)."""
+        if self.closed:
+            raise asyncio.CancelledError("case already ended")
+        call = self._record("inference", "generate", request, deadline_s=deadline_s)
+        stream = LiveStream(
+            channel or self.session.target.channel,
+            request,
+            deadline_s=deadline_s,
+            idle_s=idle_s or self.budgets.idle_s,
+        )
+        self._streams.append(stream)
+        self._calls[id(stream)] = call
+        return stream
+
+    async def generate(
+        self,
+        request: GenerateRequest,
+        *,
+        deadline_s: float | None = None,
+        hung_ok: bool = False,
+        total_s: float | None = None,
+    ) -> StreamRecord:
+        """Run one Generate call to its end. A call that hangs raises StreamHung (unless ``hung_ok``):
+        a property search stops at once instead of shrinking through more hangs."""
+        stream = self.open(request, deadline_s=deadline_s, idle_s=total_s)
+        record = await stream.finish(total_s or self.budgets.stream_s)
+        self._calls[id(stream)].outcome = record.summary()
+        if record.end is End.HUNG and not hung_ok:
+            raise StreamHung(f"Generate({request.request_id!r}) hung: {record.detail}")
+        return record
+
+    async def cancel(self, stream: LiveStream) -> None:
+        """Cancel a call from the client side (RST_STREAM), recording after how many messages."""
+        self._calls[id(stream)].cancel_after = len(stream.events)
+        await stream.cancel()
+
+    # ── unary RPCs ───────────────────────────────────────────
+    @property
+    def control(self) -> ControlServiceStub:
+        return self.session.target.control
+
+    @property
+    def inference(self) -> InferenceServiceStub:
+        return self.session.target.inference
+
+    async def call(self, method: Unary[Req, Resp], request: Req, *, timeout_s: float | None = None) -> Resp:
+        """Call a unary RPC of ``ctx.control`` or ``ctx.inference`` and record it in the transcript;
+        raises GRPCError for a non-OK status."""
+        service = (
+            "inference" if isinstance(getattr(method, "__self__", None), InferenceServiceStub) else "control"
+        )
+        self._record(service, getattr(method, "__name__", "?"), request)
+        return await method(request, timeout=timeout_s or self.budgets.rpc_s)
+
+    async def call_status(self, method: Unary[Req, Resp], request: Req) -> RpcOutcome[Resp]:
+        """Like ``call``, but a non-OK status is returned instead of raised."""
+        try:
+            return RpcOutcome(None, "", await self.call(method, request))
+        except GRPCError as exc:
+            return RpcOutcome(exc.status, exc.message or "")
+
+    async def load(self) -> Load:
+        response = await self.call(self.control.get_load, GetLoadRequest())
+        return response.current or Load()
+
+    async def tokenize(self, text: str) -> list[int]:
+        return list((await self.call(self.control.tokenize, TokenizeRequest(text=text))).token_ids)
+
+    async def detokenize(self, ids: list[int], skip_special_tokens: bool | None = None) -> str:
+        request = DetokenizeRequest(token_ids=ids, skip_special_tokens=skip_special_tokens)
+        return str((await self.call(self.control.detokenize, request)).text)
+
+    async def wait_for(
+        self,
+        probe: Callable[[], Awaitable[T]],
+        ok: Callable[[T], bool],
+        budget_s: float,
+        every_s: float = 0.05,
+    ) -> tuple[bool, T]:
+        """Poll ``probe`` until ``ok`` holds or the budget is spent; returns the last value."""
+        give_up = time.monotonic() + budget_s
+        while True:
+            value = await probe()
+            if ok(value) or time.monotonic() >= give_up:
+                return ok(value), value
+            await asyncio.sleep(every_s)
+
+    # ── lifecycle and the thread bridge for hypothesis ───────
+    def block(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
+        """From a worker thread: run ``coro`` on the case's loop and wait for it."""
+        if self.closed:
+            coro.close()
+            raise asyncio.CancelledError("case already ended")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    async def close(self) -> None:
+        """Cancel whatever the case left running."""
+        self.closed = True
+        await asyncio.gather(
+            *(s.cancel() for s in self._streams if not s.done.is_set()), return_exceptions=True
+        )

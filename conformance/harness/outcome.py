@@ -1,0 +1,113 @@
+"""What a case run produces: a verdict, every mismatch as want/got, and a repro; and the exceptions
+a case body ends with (failed with its mismatches, skipped, or a stream that hung)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Verdict(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    SKIP = "SKIP"  # a capability the case requires is absent, or the case does not apply
+    NOT_RUN = "NOT-RUN"  # deselected by level, or the target went down before the case ran
+    XFAIL = "XFAIL"  # failed, and the baseline lists it as a known failure
+    ERROR = "ERROR"  # the harness itself broke (a bug or an infrastructure problem), not the target
+
+    @property
+    def is_failure(self) -> bool:
+        return self in (Verdict.FAIL, Verdict.ERROR)
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """One way the target differed from the contract: what was checked, the value wanted, the value got."""
+
+    what: str
+    want: str
+    got: str
+
+    def render(self) -> str:
+        return f"{self.what}: want {self.want}, got {self.got}"
+
+
+def show(value: Any) -> str:
+    """A short, stable rendering of a value for want/got lines."""
+    text = repr(value)
+    return text if len(text) <= 400 else text[:380] + f"... ({len(text)} chars)"
+
+
+def mismatch(what: str, want: object, got: object) -> Mismatch:
+    """A Mismatch from any values: strings are taken as written, anything else as a short repr."""
+    return Mismatch(
+        what, want if isinstance(want, str) else show(want), got if isinstance(got, str) else show(got)
+    )
+
+
+@dataclass(slots=True)
+class Repro:
+    """How to reproduce a failure: the shrunk example or step list, and a stand-alone script."""
+
+    kind: str = "transcript"  # "example" (shrunk hypothesis input), "steps" (state machine), "transcript"
+    example: str = ""  # the shrunk input or the step list, as hypothesis printed it
+    script: str = ""  # a stand-alone Python program replaying the calls with the lmrpc SDK
+    seed: int | None = None
+    blob: str = ""  # hypothesis @reproduce_failure blob, when there is one
+    script_path: str = ""  # where the script was written, when it was
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "example": self.example,
+            "script": self.script,
+            "script_path": self.script_path,
+            "seed": self.seed,
+            "blob": self.blob,
+        }
+
+
+@dataclass(slots=True)
+class CaseResult:
+    case_id: str
+    clause: str
+    level: str
+    verdict: Verdict
+    duration_s: float = 0.0
+    reason: str = ""  # one line: why it failed, skipped or was not run
+    mismatches: list[Mismatch] = field(default_factory=list)
+    repro: Repro | None = None
+    notes: list[str] = field(default_factory=list)
+    baseline_reason: str = ""  # for XFAIL: the baseline entry's reason
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.case_id,
+            "clause": self.clause,
+            "level": self.level,
+            "verdict": self.verdict.value,
+            "duration_s": round(self.duration_s, 4),
+            "reason": self.reason,
+            "mismatches": [{"what": m.what, "want": m.want, "got": m.got} for m in self.mismatches],
+            "repro": self.repro.to_json() if self.repro else None,
+            "notes": self.notes,
+            "baseline_reason": self.baseline_reason,
+        }
+
+
+class CaseFailed(Exception):
+    """The target broke the case's clause; carries every mismatch found."""
+
+    def __init__(self, mismatches: Iterable[Mismatch]) -> None:
+        self.mismatches = list(mismatches)
+        super().__init__("; ".join(m.render() for m in self.mismatches) or "case failed")
+
+
+class CaseSkipped(Exception):
+    """The case does not apply to this target (a capability is absent, or a precondition cannot be met)."""
+
+
+class StreamHung(Exception):
+    """A stream neither ended nor progressed within its budget (a property search stops on it)."""

@@ -1,0 +1,169 @@
+"""Runs the selected cases against one target: budgets, skips, isolation, liveness after failures.
+
+Cases run concurrently up to ``jobs`` at a time, except ``exclusive`` ones (load baselines, pause),
+which run alone. A case that overruns its budget is cancelled and reported as hung; after any
+failure a liveness probe decides whether the rest can run, so one crash never turns into dozens of
+phantom failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import (
+    CaseFailed,
+    CaseResult,
+    CaseSkipped,
+    Mismatch,
+    Repro,
+    StreamHung,
+    Verdict,
+    show,
+)
+from conformance.harness.session import Session
+from conformance.report.repro import script
+from conformance.spec.registry import Case
+from conformance.stream.live import StreamStalled
+from lmrpc.v1 import GenerateRequest, GetServerInfoRequest, StoppingCriteria
+
+
+@dataclass(slots=True)
+class Progress:
+    on_start: Callable[[Case], None] = lambda case: None
+    on_result: Callable[[CaseResult], None] = lambda result: None
+
+
+def _result(case: Case, verdict: Verdict, reason: str = "", **kw: object) -> CaseResult:
+    return CaseResult(case.id, case.clause.id, case.level.value, verdict, reason=reason, **kw)  # type: ignore[arg-type]
+
+
+async def run_case(session: Session, case: Case) -> CaseResult:
+    missing = [r for r in case.requires if not session.info.has(r)]
+    if missing:
+        return _result(case, Verdict.SKIP, f"capability absent: {', '.join(missing)}")
+    ctx = Ctx(session, case.id, dict(case.params))
+    started = time.monotonic()
+    budget = session.budgets.case_s(case.budget_factor)
+    verdict, reason, mismatches = Verdict.PASS, "", list[Mismatch]()
+    try:
+        await asyncio.wait_for(case.body(ctx), budget)
+    except CaseFailed as exc:
+        verdict, mismatches = Verdict.FAIL, exc.mismatches
+        reason = mismatches[0].render() if mismatches else "failed"
+    except CaseSkipped as exc:
+        verdict, reason = Verdict.SKIP, str(exc)
+    except TimeoutError:
+        verdict = Verdict.FAIL
+        reason = f"hung: the case did not finish within its budget of {budget:.1f}s and was cancelled"
+        mismatches = [*ctx.check.mismatches, Mismatch("case duration", f"<= {budget:.1f}s", "still running")]
+    except GRPCError as exc:
+        verdict = Verdict.FAIL
+        reason = f"an RPC failed: {exc.status.name} {exc.message!r}"
+        mismatches = [
+            *ctx.check.mismatches,
+            Mismatch("RPC status", "OK", f"{exc.status.name}: {exc.message}"),
+        ]
+    except (StreamStalled, StreamHung, StreamTerminatedError, ProtocolError, ConnectionError, OSError) as exc:
+        verdict = Verdict.FAIL
+        reason = f"{type(exc).__name__}: {exc}"
+        mismatches = [*ctx.check.mismatches, Mismatch("transport", "a completed call", reason)]
+    except Exception as exc:  # a bug in the harness, not in the target
+        verdict, reason = Verdict.ERROR, f"harness error: {type(exc).__name__}: {exc}"
+        ctx.note(traceback.format_exc())
+    finally:
+        await ctx.close()
+    if verdict is Verdict.PASS and ctx.check.mismatches:
+        verdict, mismatches = Verdict.FAIL, ctx.check.mismatches
+        reason = mismatches[0].render()
+    result = _result(
+        case, verdict, reason, duration_s=time.monotonic() - started, mismatches=mismatches, notes=ctx.notes
+    )
+    if verdict is Verdict.FAIL:
+        result.repro = ctx.repro or Repro(
+            kind="transcript",
+            example="\n".join(
+                f"{c.t_s:7.3f}s {c.method}({show(c.request)}) {c.outcome}" for c in ctx.transcript
+            ),
+            script=script(case.id, str(session.target.endpoint), ctx.transcript),
+        )
+    return result
+
+
+async def probe(session: Session) -> tuple[bool, str]:
+    """Is the target still serving? Health ``""``, GetServerInfo, and a one-token Generate must all work."""
+    budget = session.budgets.liveness_s
+    channel = session.target.fresh_channel()
+    ctx = Ctx(session, "liveness", {})
+    try:
+        try:
+            health = await asyncio.wait_for(HealthStub(channel).Check(HealthCheckRequest(service="")), budget)
+            if health.status != HealthCheckResponse.SERVING:
+                return False, f"health is {HealthCheckResponse.ServingStatus.Name(health.status)}"
+        except GRPCError:
+            pass  # a health service that errs is SVC-2's and HEALTH-1's business; the calls below decide
+        await asyncio.wait_for(session.target.control.get_server_info(GetServerInfoRequest()), budget)
+        request = GenerateRequest(
+            request_id=ctx.uid("probe"), text="Hello", stopping=StoppingCriteria(max_tokens=1)
+        )
+        stream = ctx.open(request, channel=channel)
+        record = await stream.finish(budget)
+        if not record.ended_ok:
+            return False, f"a one-token Generate ended {record.end.value} {record.status_message}".strip()
+        return True, "serving"
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    finally:
+        await ctx.close()
+        channel.close()
+
+
+async def run_all(
+    session: Session, cases: Sequence[Case], *, jobs: int = 4, progress: Progress | None = None
+) -> list[CaseResult]:
+    progress = progress or Progress()
+    results: dict[str, CaseResult] = {}
+    running: set[asyncio.Task[CaseResult]] = set()
+    down: list[str] = []
+
+    async def one(case: Case) -> CaseResult:
+        progress.on_start(case)
+        result = await run_case(session, case)
+        results[case.id] = result
+        progress.on_result(result)
+        if result.verdict.is_failure and not down:
+            alive, detail = await probe(session)
+            if not alive:
+                down.append(f"target down after {case.id}: {detail}")
+        return result
+
+    async def drain(limit: int) -> None:
+        while len(running) > limit:
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            running.difference_update(done)
+
+    for case in cases:
+        if down:
+            break
+        await drain(0 if case.exclusive else max(jobs, 1) - 1)
+        if down:
+            break
+        task = asyncio.ensure_future(one(case))
+        running.add(task)
+        if case.exclusive:
+            await drain(0)
+    await drain(0)
+    for case in cases:
+        if case.id not in results:
+            result = _result(case, Verdict.NOT_RUN, down[0] if down else "not run")
+            results[case.id] = result
+            progress.on_result(result)
+    return [results[c.id] for c in cases]

@@ -1,1 +1,0 @@
-"""Hypothesis state machines that drive many requests at once (``lifecycle``)."""

@@ -1,0 +1,284 @@
+"""A state machine that interleaves start, read, abort, cancel, deadline and health across many
+concurrent requests, then checks the invariants that must survive any interleaving:
+
+- STREAM-6: no request_id cross-talk: a stream only ever carries its own id;
+- FINISH-1: every request that was not cancelled terminates exactly once (one finish per output,
+  or one RequestError, then status OK);
+- USAGE-3: counts are conserved: Usage.completion_tokens = sum of finishes = token ids delivered;
+- ABORT-3: GetLoad is back at its baseline at teardown.
+
+Rules run on the case's event loop through ``Ctx.block``; hypothesis runs in a worker thread.
+``run_machine`` runs it once per run for the four cases that report its invariants: when one
+invariant fails, that clause gets the shrunk step list and a repro, and the search starts again
+without it, so one broken invariant cannot hide another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpclib.exceptions import GRPCError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from conformance.harness.context import Ctx
+from conformance.harness.load import expect_released, quiet_load
+from conformance.harness.outcome import CaseFailed, Mismatch, Repro
+from conformance.harness.requests import long_request
+from conformance.harness.session import Session
+from conformance.report.repro import script
+from conformance.search.property import SEARCH_LOCK, notes_of, profile
+from conformance.search.strategies import valid_requests
+from conformance.stream.live import LiveStream, StreamStalled
+from conformance.stream.record import End, StreamRecord
+from conformance.validators.base import VALIDATORS, Facts
+from lmrpc.v1 import AbortRequest, GenerateRequest, RequestIds
+
+INVARIANTS = ("STREAM-6", "FINISH-1", "USAGE-3", "ABORT-3")
+
+
+class Stop(BaseException):
+    """Ends the whole search (time budget spent): carries the failure to report."""
+
+    def __init__(self, failure: tuple[str, list[Mismatch], list[str], int]) -> None:
+        super().__init__("machine budget spent")
+        self.failure = failure
+
+
+def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBasedStateMachine]:
+    """A machine class bound to ``ctx`` that asserts only the ``asserted`` invariants."""
+    info = ctx.info
+    small = valid_requests(info, max_tokens=max(2, ctx.tuning.max_tokens // 2), max_n=2)
+    wait = ctx.budgets.rpc_s
+    deadline_s = 0.3 * ctx.budgets.scale
+    started_at = time.monotonic()
+    failures: list[tuple[str, list[Mismatch], list[str], int]] = []
+    stats = {"programs": 0, "steps": 0}
+
+    class Lifecycle(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            if failures and time.monotonic() - started_at > budget_s:
+                raise Stop(failures[-1])
+            self.streams: dict[str, LiveStream] = {}
+            self.cancelled: set[str] = set()
+            self.aborted: set[str] = set()
+            self.steps: list[str] = []
+            stats["programs"] += 1
+            self.first_call = len(ctx.transcript)
+            self.baseline = ctx.block(quiet_load(ctx), wait * 2)
+
+        def _fail(self, clause: str, mismatches: list[Mismatch]) -> None:
+            failures.append((clause, mismatches, list(self.steps), self.first_call))
+            raise CaseFailed(mismatches)
+
+        def _open(self, req: GenerateRequest, deadline: float | None = None) -> None:
+            async def start() -> LiveStream:  # streams are tasks of the case's loop, not of this thread
+                return ctx.open(req, deadline_s=deadline)
+
+            self.streams[req.request_id] = ctx.block(start(), wait)
+
+        def _pick(self, data: st.DataObject) -> str:
+            """A started request, by start order. The draw never depends on timing (hypothesis replays it);
+            picking one that already ended makes the step a no-op."""
+            names = list(self.streams)
+            return names[data.draw(st.integers(0, 63), label="request") % len(names)]
+
+        @rule(req=small)
+        def start(self, req: GenerateRequest) -> None:
+            req = GenerateRequest.parse(bytes(req))
+            req.request_id = ctx.uid("m")
+            self.steps.append(f"start({req!r})")
+            self._open(req)
+
+        @rule(n=st.sampled_from([1, min(2, info.caps.max_outputs)]))
+        def start_long(self, n: int) -> None:
+            req = long_request(ctx, n=n)
+            self.steps.append(f"start_long({req.request_id!r}, n={n})")
+            self._open(req)
+
+        @rule()
+        def start_with_deadline(self) -> None:
+            req = long_request(ctx)
+            self.steps.append(f"start_with_deadline({req.request_id!r}, {deadline_s:.2f}s)")
+            self.cancelled.add(req.request_id)  # a deadline ends the call like a cancel
+            self._open(req, deadline_s)
+
+        @precondition(lambda self: bool(self.streams))
+        @rule(data=st.data())
+        def read(self, data: st.DataObject) -> None:
+            rid = self._pick(data)
+            self.steps.append(f"read({rid!r})")
+            try:
+                ctx.block(self.streams[rid].next(0.5 * ctx.budgets.scale), wait)
+            except StreamStalled:
+                pass
+
+        @precondition(lambda self: bool(self.streams))
+        @rule(data=st.data())
+        def abort(self, data: st.DataObject) -> None:
+            rid = self._pick(data)
+            self.steps.append(f"abort({rid!r})")
+            self.aborted.add(rid)
+            with contextlib.suppress(
+                GRPCError
+            ):  # how Abort answers is ABORT-1's business, not this machine's
+                ctx.block(ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[rid]))), wait)
+
+        @precondition(lambda self: bool(self.streams))
+        @rule(data=st.data())
+        def cancel(self, data: st.DataObject) -> None:
+            rid = self._pick(data)
+            self.steps.append(f"cancel({rid!r})")
+            self.cancelled.add(rid)
+            ctx.block(ctx.cancel(self.streams[rid]), wait)
+
+        @rule()
+        def health(self) -> None:
+            self.steps.append("health()")
+            with contextlib.suppress(GRPCError):  # answers are HEALTH-1's business
+                ctx.block(HealthStub(ctx.session.target.channel).Check(HealthCheckRequest(service="")), wait)
+                ctx.block(ctx.load(), wait)
+
+        @invariant()
+        def no_cross_talk(self) -> None:
+            if "STREAM-6" not in asserted:
+                return
+            for rid, stream in self.streams.items():
+                foreign = {e.message.request_id for e in stream.events} - {rid, ""}
+                if foreign:
+                    self._fail(
+                        "STREAM-6",
+                        [Mismatch(f"request ids on stream {rid!r}", repr(rid), repr(sorted(foreign)))],
+                    )
+
+        def teardown(self) -> None:
+            for rid, stream in self.streams.items():
+                if not stream.done.is_set() and rid not in self.cancelled:
+                    self.aborted.add(rid)
+                    with contextlib.suppress(GRPCError):
+                        ctx.block(
+                            ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[rid]))), wait
+                        )
+
+            async def finish_all() -> list[StreamRecord]:  # side by side: an aborted request ends promptly
+                return list(
+                    await asyncio.gather(
+                        *(
+                            s.finish(ctx.budgets.release_s if rid in self.aborted else ctx.budgets.stream_s)
+                            for rid, s in self.streams.items()
+                        )
+                    )
+                )
+
+            records = dict(zip(self.streams, ctx.block(finish_all(), ctx.budgets.stream_s * 2), strict=True))
+            self.steps.append("teardown()")
+            stats["steps"] += len(self.steps)
+            facts = Facts(info)
+            for rid, record in records.items():
+                if rid in self.cancelled and record.end in (End.CANCELLED, End.DEADLINE):
+                    continue
+                for clause, validators in (
+                    ("FINISH-1", ("FINISH-1", "FINISH-3")),
+                    ("USAGE-3", ("USAGE-3", "USAGE-5")),
+                ):
+                    if clause in asserted:
+                        found = [m for v in validators for m in VALIDATORS[v](record, facts)]
+                        if record.end is End.HUNG and clause == "FINISH-1" and not found:
+                            found.append(Mismatch(f"how {rid!r} ended", "terminated", record.summary()))
+                        if found:
+                            self._fail(clause, found)
+            if "ABORT-3" in asserted:
+                ctx.check.mismatches.clear()
+                if not ctx.block(expect_released(ctx, self.baseline, "every request ended"), wait * 2):
+                    self._fail("ABORT-3", list(ctx.check.mismatches))
+                    ctx.check.mismatches.clear()
+
+    Lifecycle.failures = failures
+    Lifecycle.stats = stats
+    return Lifecycle
+
+
+def describe(steps: list[str]) -> str:
+    return "\n".join(["state = Lifecycle()", *(f"state.{s}" for s in steps)])
+
+
+@dataclass(slots=True)
+class Judgement:
+    passed: bool
+    mismatches: list[Mismatch] = field(default_factory=list)
+    repro: Repro | None = None
+    programs: int = 0
+    steps: int = 0
+
+
+async def run_machine(session: Session) -> dict[str, Judgement]:
+    ctx = Ctx(session, "stateful", {})
+    remaining = set(INVARIANTS)
+    verdicts: dict[str, Judgement] = {}
+    total_programs = total_steps = 0
+    budget = 5.0 * session.budgets.scale
+    config = profile(
+        session.profile, session.tuning.machine_examples, stateful_step_count=session.tuning.machine_steps
+    )
+    try:
+        while remaining:
+            machine = build_machine(ctx, set(remaining), budget)
+
+            def search(
+                machine: Any = machine,
+            ) -> tuple[tuple[str, list[Mismatch], list[str], int] | None, str]:
+                with SEARCH_LOCK:
+                    try:
+                        run_state_machine_as_test(machine, settings=config)
+                    except CaseFailed as exc:
+                        return machine.failures[-1], notes_of(exc)[0]
+                    except Stop as exc:
+                        return exc.failure, ""
+                    except Flaky:  # failed, then passed on replay: still a failure, reported as seen
+                        if not machine.failures:
+                            raise
+                        return machine.failures[
+                            -1
+                        ], "(intermittent: the failing program passed when replayed)"
+                return None, ""
+
+            failure, shown = await asyncio.to_thread(search)
+            stats = machine.stats  # type: ignore[attr-defined]
+            total_programs += stats["programs"]
+            total_steps += stats["steps"]
+            if failure is None:
+                verdicts.update({clause: Judgement(True) for clause in remaining})
+                break
+            clause, mismatches, steps, first_call = failure
+            target = str(session.target.endpoint)
+            shown = (
+                shown
+                if shown.startswith("Failing test case")
+                else "\n".join(filter(None, [shown, describe(steps)]))
+            )
+            repro = Repro(
+                kind="steps",
+                example=shown,
+                script=script(f"{clause}[stateful]", target, ctx.transcript[first_call:]),
+            )
+            verdicts[clause] = Judgement(False, mismatches, repro)
+            remaining.discard(clause)
+    finally:
+        await ctx.close()
+    for judgement in verdicts.values():
+        judgement.programs, judgement.steps = total_programs, total_steps
+    return verdicts

@@ -1,0 +1,159 @@
+"""The case registry: ``@case("STREAM-2", ...)`` binds a coroutine to a clause of docs/contract.md.
+
+A case ID is its clause ID, plus a bracketed permutation when one clause has several cases
+(``ABORT-4[n=4]``). Baselines, ``--run``/``--skip`` and reports all speak these IDs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from conformance.spec.clauses import CLAUSES, Clause, Level
+from lmrpc.v1 import Capabilities
+
+if TYPE_CHECKING:  # the spec layer sits below the harness; cases get a Ctx at run time
+    from conformance.harness.context import Ctx
+
+Body = Callable[["Ctx"], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    id: str
+    clause: Clause
+    level: Level
+    requires: tuple[str, ...]  # capability requirements, see TargetInfo.has
+    body: Body
+    params: dict[str, Any] = field(default_factory=dict)
+    exclusive: bool = False  # needs a quiet server (load baselines, pause): runs alone
+    budget_factor: float = 1.0  # multiplies the per-case budget
+    module: str = ""
+
+    @property
+    def group(self) -> str:
+        return self.clause.section
+
+    @property
+    def doc(self) -> str:
+        return " ".join((self.body.__doc__ or "").split())
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One permutation of a case: the params its body reads (``ctx.params``), its tag (by default the
+    params as ``k=v``) and the capabilities it needs beyond the case's own."""
+
+    params: Mapping[str, object] = field(default_factory=dict)
+    tag: str | None = None
+    requires: tuple[str, ...] = ()
+
+
+REGISTRY: dict[str, Case] = {}
+CAPABILITIES = frozenset(f.name for f in dataclasses.fields(Capabilities))
+_REQUIREMENT = re.compile(r"^!?([a-z_]+)(>=\d+)?$")
+
+
+def check_requirement(requirement: str) -> str:
+    """A requirement names ``Capabilities`` fields: ``tokenize``, ``!stop_strings`` (absent),
+    ``max_outputs>=4``, ``a|b`` (either). A misspelt one would skip its case silently, so it is an
+    error at registration."""
+    for part in requirement.split("|"):
+        found = _REQUIREMENT.match(part)
+        if found is None or found.group(1) not in CAPABILITIES:
+            raise ValueError(f"requirement {requirement!r}: {part!r} names no Capabilities field")
+    return requirement
+
+
+def case(
+    clause_id: str,
+    *,
+    tag: str | None = None,
+    variants: Sequence[Variant] | None = None,
+    requires: Iterable[str] = (),
+    exclusive: bool = False,
+    budget: float = 1.0,
+    level: Level | None = None,
+) -> Callable[[Body], Body]:
+    """Register a case (or one case per variant)."""
+    clause = CLAUSES.get(clause_id)
+    if clause is None:
+        raise ValueError(f"clause_id={clause_id!r} is not a clause of docs/contract.md")
+    common = tuple(check_requirement(r) for r in requires)
+    for variant in variants or ():
+        for requirement in variant.requires:
+            check_requirement(requirement)
+
+    def register(body: Body) -> Body:
+        for variant in variants or [Variant()]:
+            params = dict(variant.params)
+            suffix = variant.tag or tag or ",".join(f"{k}={v}" for k, v in params.items())
+            case_id = f"{clause_id}[{suffix}]" if suffix else clause_id
+            if case_id in REGISTRY:
+                raise ValueError(f"case {case_id} is registered twice")
+            REGISTRY[case_id] = Case(
+                id=case_id,
+                clause=clause,
+                level=level or clause.level,
+                requires=(*common, *variant.requires),
+                body=body,
+                params=params,
+                exclusive=exclusive,
+                budget_factor=budget,
+                module=body.__module__.rsplit(".", 1)[-1],
+            )
+        return body
+
+    return register
+
+
+def all_cases() -> list[Case]:
+    import conformance.cases  # noqa: F401 - registers every case
+
+    return list(REGISTRY.values())
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    """``*`` and ``?`` are wildcards; everything else (brackets included) is literal."""
+    body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.compile(f"^{body}$", re.IGNORECASE)
+
+
+def matches(pattern: str, case: Case) -> bool:
+    regex = _glob(pattern)
+    return bool(regex.match(case.id)) or ("[" not in pattern and bool(regex.match(case.clause.id)))
+
+
+def expand_patterns(values: Iterable[str]) -> list[str]:
+    """Split comma-separated values and read ``@file`` (one pattern a line, ``#`` comments)."""
+    patterns: list[str] = []
+    for value in values:
+        if value.startswith("@"):
+            with open(value[1:], encoding="utf-8") as handle:
+                lines = [line.split("#", 1)[0].strip() for line in handle]
+            patterns.extend(line for line in lines if line)
+        else:
+            patterns.extend(p.strip() for p in value.split(",") if p.strip())
+    return patterns
+
+
+def level_selected(case: Case, level: str) -> bool:
+    return level == "all" or case.level.value.lower() == level
+
+
+def select(
+    cases: Iterable[Case], *, level: str, run: Sequence[str] = (), skip: Sequence[str] = ()
+) -> list[Case]:
+    chosen = []
+    for c in cases:
+        if not level_selected(c, level):
+            continue
+        if run and not any(matches(p, c) for p in run):
+            continue
+        if any(matches(p, c) for p in skip):
+            continue
+        chosen.append(c)
+    return chosen
