@@ -20,7 +20,7 @@ from grpclib import GRPCError, Status
 from grpclib.client import Channel
 from grpclib.const import Cardinality
 
-from conformance.live import RawMessage
+from conformance.stream.live import RawMessage
 
 GENERATE = "/lmrpc.v1.InferenceService/Generate"
 

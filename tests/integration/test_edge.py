@@ -19,8 +19,8 @@ from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from rawwire import GENERATE, H2Call, frame, raw_call
 
-from conformance.malformed import message_descriptor, named_faults, unknown_group
-from conformance.wire import length_field
+from conformance.search.malformed import message_descriptor, named_faults, unknown_group
+from conformance.stream.wire import length_field
 from lmrpc.v1 import GenerateRequest, GenerateResponse, SamplingParams, StoppingCriteria, TokenIds
 from reference_server.testing import ServerProcess
 

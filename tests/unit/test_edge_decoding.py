@@ -9,8 +9,8 @@ import pytest
 from grpclib import GRPCError, Status
 from grpclib.health.v1.health_pb2 import HealthCheckRequest
 
-from conformance.malformed import Fault, message_descriptor, mutants, named_faults, unknown_group
-from conformance.wire import length_field, write_varint
+from conformance.search.malformed import Fault, message_descriptor, mutants, named_faults, unknown_group
+from conformance.stream.wire import length_field, write_varint
 from lmrpc import descriptor_set_path
 from lmrpc.v1 import (
     AbortRequest,

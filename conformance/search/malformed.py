@@ -21,7 +21,7 @@ from functools import cache
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from conformance.wire import length_field, write_varint
+from conformance.stream.wire import length_field, write_varint
 from lmrpc import descriptor_set_path
 
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
