@@ -100,6 +100,17 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
     tls.add_argument("--tls-key", metavar="FILE", help="client key (mutual TLS)")
     tls.add_argument("--tls-server-name", metavar="NAME", help="name to verify in the server certificate")
     tls.add_argument("--tls-insecure", action="store_true", help="do not verify the server certificate")
+    auth = parser.add_argument_group("authentication (servers with Capabilities.authentication)")
+    auth.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="bearer token of a principal with the client role, sent on every call",
+    )
+    auth.add_argument(
+        "--admin-token",
+        metavar="TOKEN",
+        help="bearer token of an admin principal, for pause/resume/flush and Abort of all (AUTH-2)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

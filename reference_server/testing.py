@@ -33,8 +33,10 @@ class ServerProcess:
         args: tuple[str, ...] = (),
         startup_timeout_s: float = 120.0,
         env: dict[str, str] | None = None,
+        launcher: tuple[str, ...] = ("-m", "reference_server"),
     ) -> None:
         self.engine = engine
+        self.launcher = launcher  # what runs the server: a module of the server, or a test's variant
         self.args = args
         self.startup_timeout_s = startup_timeout_s
         self.env = env
@@ -50,7 +52,7 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         ready_file = self._folder / "ready"
         command = [
-            sys.executable, "-m", "reference_server",
+            sys.executable, *self.launcher,
             "--engine", self.engine, "--port", "0", "--ready-file", str(ready_file), *self.args,
         ]  # fmt: skip
         with self.log_path.open("wb") as log:

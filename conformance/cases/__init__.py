@@ -8,6 +8,8 @@ from __future__ import annotations
 from conformance.cases import services  # noqa: F401
 from conformance.cases import capabilities  # noqa: F401
 from conformance.cases import errors  # noqa: F401
+from conformance.cases import malformed  # noqa: F401
+from conformance.cases import auth  # noqa: F401
 from conformance.cases import stream  # noqa: F401
 from conformance.cases import sampling  # noqa: F401
 from conformance.cases import stops  # noqa: F401
@@ -15,4 +17,5 @@ from conformance.cases import usage  # noqa: F401
 from conformance.cases import abort  # noqa: F401
 from conformance.cases import cancel  # noqa: F401
 from conformance.cases import admin  # noqa: F401
+from conformance.cases import flow  # noqa: F401
 from conformance.cases import stateful  # noqa: F401

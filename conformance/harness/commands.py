@@ -21,7 +21,7 @@ from rich.table import Table
 from conformance.harness.outcome import CaseResult, Verdict
 from conformance.harness.runner import Progress, run_all
 from conformance.harness.session import Budgets, Session, Tuning
-from conformance.harness.target import Endpoint, Target, TlsOptions
+from conformance.harness.target import Credentials, Endpoint, Target, TlsOptions
 from conformance.report.baseline import Baseline, BaselineError
 from conformance.report.console import progress_bar, render
 from conformance.report.files import write_json, write_junit
@@ -38,6 +38,10 @@ def _tls(args: argparse.Namespace) -> TlsOptions | None:
     if not (args.tls or args.tls_ca or args.tls_cert or args.tls_insecure):
         return None
     return TlsOptions(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name, args.tls_insecure)
+
+
+def _credentials(args: argparse.Namespace) -> Credentials:
+    return Credentials(getattr(args, "token", None), getattr(args, "admin_token", None))
 
 
 def _profile(args: argparse.Namespace) -> tuple[str, int | None]:
@@ -158,7 +162,7 @@ async def execute(
 async def run(args: argparse.Namespace) -> int:
     try:
         baseline = Baseline.load(args.baseline) if args.baseline else None
-        endpoint = Endpoint.parse(args.target, _tls(args))
+        endpoint = Endpoint.parse(args.target, _tls(args), _credentials(args))
         tuning = Tuning.for_level(args.level, args.max_examples)
     except (BaselineError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
@@ -259,7 +263,7 @@ async def replay(args: argparse.Namespace) -> int:
     args.time_scale = args.time_scale if args.time_scale != 1.0 else settings.get("time_scale", 1.0)
     target = args.target or previous.get("target")
     try:
-        endpoint = Endpoint.parse(target, _tls(args))
+        endpoint = Endpoint.parse(target, _tls(args), _credentials(args))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     profile, seed = _profile(args)

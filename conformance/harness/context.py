@@ -16,13 +16,13 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import betterproto2
 from grpclib.client import Channel
-from grpclib.const import Status
+from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung, mismatch
 from conformance.harness.session import Budgets, Session, Tuning
 from conformance.harness.target import TargetInfo
-from conformance.stream.live import LiveStream
+from conformance.stream.live import LiveStream, RawMessage
 from conformance.stream.record import End, StreamRecord
 from lmrpc.v1 import (
     ControlServiceStub,
@@ -105,6 +105,24 @@ class RpcOutcome(Generic[Resp]):
     def code(self) -> str:
         """The status name, ``OK`` included (for want/got lines)."""
         return self.status.name if self.status is not None else "OK"
+
+
+@dataclass(slots=True)
+class RawOutcome:
+    status: Status | None  # None means OK
+    message: str
+    replies: list[bytes]
+
+    @property
+    def code(self) -> str:
+        return self.status.name if self.status is not None else "OK"
+
+
+ADMIN_METHODS = frozenset({"flush_cache", "pause_generation", "resume_generation"})
+
+
+def _needs_admin(method: str, request: object) -> bool:
+    return method in ADMIN_METHODS or (method == "abort" and getattr(request, "all", None) is not None)
 
 
 class Ctx:
@@ -205,8 +223,26 @@ class Ctx:
         service = (
             "inference" if isinstance(getattr(method, "__self__", None), InferenceServiceStub) else "control"
         )
-        self._record(service, getattr(method, "__name__", "?"), request)
+        name = getattr(method, "__name__", "?")
+        self._record(service, name, request)
+        if getattr(method, "__self__", None) is self.control and _needs_admin(name, request):
+            method = getattr(self.session.target.admin, name)  # AUTH-2: the admin token's channel
         return await method(request, timeout=timeout_s or self.budgets.rpc_s)
+
+    async def call_raw(self, path: str, body: bytes, *, channel: Channel | None = None) -> RawOutcome:
+        """Send ``body`` as the one request message of ``path``, whatever the bytes (MALFORMED-*)."""
+        cardinality = Cardinality.UNARY_STREAM if path.endswith("/Generate") else Cardinality.UNARY_UNARY
+        replies: list[bytes] = []
+        try:
+            async with (channel or self.session.target.channel).request(
+                path, cardinality, RawMessage, RawMessage, timeout=self.budgets.stream_s
+            ) as stream:
+                await stream.send_message(RawMessage(body), end=True)
+                async for reply in stream:
+                    replies.append(reply.data)
+        except GRPCError as exc:
+            return RawOutcome(exc.status, exc.message or "", replies)
+        return RawOutcome(None, "", replies)
 
     async def call_status(self, method: Unary[Req, Resp], request: Req) -> RpcOutcome[Resp]:
         """Like ``call``, but a non-OK status is returned instead of raised."""

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import ssl
 from dataclasses import dataclass, field
+from typing import Literal
 
 from grpclib.client import Channel
 from grpclib.config import Configuration
 
-from lmrpc.client import tls_context
+from lmrpc.client import bearer_token, tls_context
 from lmrpc.v1 import (
     Capabilities,
     ControlServiceStub,
@@ -44,25 +45,44 @@ class TlsOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class Credentials:
+    """Bearer tokens for servers with ``Capabilities.authentication`` (AUTH-*): ``token`` has the
+    client role and is used for every call; ``admin_token`` for administrative ones."""
+
+    token: str | None = None
+    admin_token: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     host: str
     port: int
     tls: TlsOptions | None = None
+    credentials: Credentials = Credentials()
 
     @staticmethod
-    def parse(target: str, tls: TlsOptions | None = None) -> Endpoint:
+    def parse(target: str, tls: TlsOptions | None = None, credentials: Credentials | None = None) -> Endpoint:
         host, sep, port = target.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"target={target!r} must be host:port")
-        return Endpoint(host.strip("[]") or "127.0.0.1", int(port), tls)
+        return Endpoint(host.strip("[]") or "127.0.0.1", int(port), tls, credentials or Credentials())
 
-    def channel(self) -> Channel:
+    def channel(self, *, token: str | Literal["default"] | None = "default") -> Channel:
+        """A new HTTP/2 connection, sending ``token`` (by default the client token) on every call."""
         if self.tls is None:
-            return Channel(self.host, self.port)
-        config = (
-            Configuration(ssl_target_name_override=self.tls.server_name) if self.tls.server_name else None
-        )
-        return Channel(self.host, self.port, ssl=self.tls.context(), config=config)
+            channel = Channel(self.host, self.port)
+        else:
+            config = (
+                Configuration(ssl_target_name_override=self.tls.server_name) if self.tls.server_name else None
+            )
+            channel = Channel(self.host, self.port, ssl=self.tls.context(), config=config)
+        chosen = self.credentials.token if token == "default" else token
+        if chosen:
+            bearer_token(channel, chosen)
+        return channel
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return self.tls.context() if self.tls is not None else None
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
@@ -111,6 +131,8 @@ class Target:
     channel: Channel
     control: ControlServiceStub
     inference: InferenceServiceStub
+    admin: ControlServiceStub  # for administrative RPCs: the admin token's channel, when one is given
+    admin_channel: Channel | None = None  # None: no admin token was given
     _extra: list[Channel] = field(default_factory=list)
 
     @staticmethod
@@ -131,15 +153,20 @@ class Target:
             model.embedding_model,
             int(load.current.kv_tokens_total) if load.current else 0,
         )
-        return Target(endpoint, info, channel, control, InferenceServiceStub(channel))
+        admin_channel = None
+        if endpoint.credentials.admin_token:
+            admin_channel = endpoint.channel(token=endpoint.credentials.admin_token)
+        admin = ControlServiceStub(admin_channel) if admin_channel else control
+        return Target(endpoint, info, channel, control, InferenceServiceStub(channel), admin, admin_channel)
 
-    def fresh_channel(self) -> Channel:
-        """A separate HTTP/2 connection, for cases that must not share one (closed with the target)."""
-        channel = self.endpoint.channel()
+    def fresh_channel(self, *, token: str | Literal["default"] | None = "default") -> Channel:
+        """A separate HTTP/2 connection, for cases that must not share one (closed with the target);
+        ``token`` overrides the credentials it sends (None: none)."""
+        channel = self.endpoint.channel(token=token)
         self._extra.append(channel)
         return channel
 
     def close(self) -> None:
-        for channel in [self.channel, *self._extra]:
+        for channel in [self.channel, *([self.admin_channel] if self.admin_channel else []), *self._extra]:
             channel.close()
         self._extra.clear()

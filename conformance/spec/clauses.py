@@ -47,6 +47,7 @@ UNCHECKED: dict[str, str] = {
     "N-3": "server-internal",
     "LIFE-1": "needs control of the server process (SIGTERM)",
     "LIFE-2": "needs a worker process to die",
+    "LIFE-4": "needs a worker process to die",
 }
 
 _ROW = re.compile(r"^\| ([A-Z]+-\d+) \| (MUST|SHOULD) \| (.*) \|\s*$")

@@ -65,13 +65,22 @@ def test_reference_server_passes(lanes: list[Lane]) -> None:
     assert outcome.exit_code == 0
 
 
+# A proxy re-frames every message and reads its upstream eagerly, so the cases of the wire boundary
+# see the proxy, not the server behind it; test_edge_selftest.py runs them against edge mutants.
+THROUGH_A_PROXY_SKIP = ("--skip", "MALFORMED-*", "--skip", "FLOW-*")
+
+
 def _run_lane(lane: Lane, mutants: list[type[Mutant]]) -> list[Outcome]:  # one lane, one mutant at a time
     outcomes = []
     for mutant in mutants:
         lane.reset()
         outcomes.append(
             run_harness(
-                lane.target(mutant.name), REPORTS, mutant.name, time_scale=TIME_SCALE * mutant.time_scale
+                lane.target(mutant.name),
+                REPORTS,
+                mutant.name,
+                time_scale=TIME_SCALE * mutant.time_scale,
+                extra=THROUGH_A_PROXY_SKIP,
             )
         )
     return outcomes

@@ -1,0 +1,156 @@
+"""Authentication and ownership (AUTH-1..3), against servers that advertise
+``Capabilities.authentication``. The harness's ``--token`` must have the client role; AUTH-2 and
+AUTH-3 also need ``--admin-token`` (an admin is a second principal)."""
+
+from __future__ import annotations
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+
+from conformance.cases._helpers import first_delta, ok
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped
+from conformance.harness.requests import long_request, request
+from conformance.spec.registry import case
+from conformance.stream.live import LiveStream
+from lmrpc.v1 import (
+    AbortRequest,
+    AbortStatus,
+    AllRequests,
+    ControlServiceStub,
+    FinishReason,
+    FlushCacheRequest,
+    GetLoadRequest,
+    InferenceServiceStub,
+    PauseGenerationRequest,
+    RequestIds,
+    ResumeGenerationRequest,
+)
+
+
+def _tokens(ctx: Ctx, *, admin: bool) -> None:
+    credentials = ctx.session.target.endpoint.credentials
+    if not credentials.token:
+        raise CaseSkipped("no client token: run with --token")
+    if admin and not credentials.admin_token:
+        raise CaseSkipped("no admin token: run with --admin-token (a second principal)")
+
+
+async def _status(call: object) -> str:
+    try:
+        await call  # type: ignore[misc]
+    except GRPCError as exc:
+        return exc.status.name
+    return "OK"
+
+
+@case("AUTH-1", requires=("authentication",))
+async def calls_need_credentials(ctx: Ctx) -> None:
+    """Without credentials, or with unknown ones, calls are UNAUTHENTICATED; health stays open."""
+    for label, token in (("no credentials", None), ("an unknown bearer token", "not-a-token-of-this-server")):
+        channel = ctx.session.target.fresh_channel(token=token)
+        ctx.note(f"calls with {label}")
+        control, inference = ControlServiceStub(channel), InferenceServiceStub(channel)
+        ctx.check.equal(
+            f"GetLoad with {label}", "UNAUTHENTICATED", await _status(control.get_load(GetLoadRequest()))
+        )
+        generate = inference.generate(request(ctx, max_tokens=1))
+        ctx.check.equal(f"Generate with {label}", "UNAUTHENTICATED", await _status(_drain(generate)))
+        health = await HealthStub(channel).Check(HealthCheckRequest(), timeout=ctx.budgets.rpc_s)
+        ctx.check.equal(f"health Check with {label}", HealthCheckResponse.SERVING, health.status)
+
+
+async def _drain(stream: object) -> None:
+    async for _ in stream:  # type: ignore[attr-defined]
+        pass
+
+
+@case("AUTH-2", requires=("authentication",), exclusive=True)
+async def admin_rpcs_need_the_admin_role(ctx: Ctx) -> None:
+    """Pause, resume, flush and Abort of all are PERMISSION_DENIED for a client, allowed to an admin."""
+    _tokens(ctx, admin=False)
+    client = ctx.session.target.control  # the --token channel, whatever the call
+    for label, call in (
+        ("PauseGeneration", client.pause_generation(PauseGenerationRequest())),
+        ("ResumeGeneration", client.resume_generation(ResumeGenerationRequest())),
+        ("FlushCache", client.flush_cache(FlushCacheRequest())),
+        ("Abort of all requests", client.abort(AbortRequest(all=AllRequests()))),
+    ):
+        ctx.check.equal(f"{label} with the client token", Status.PERMISSION_DENIED.name, await _status(call))
+    ok(ctx, await ctx.generate(request(ctx, max_tokens=2)), "a Generate after the refused pause")
+    if ctx.session.target.endpoint.credentials.admin_token:
+        admin = ctx.session.target.admin
+        ctx.check.equal(
+            "PauseGeneration with the admin token",
+            "OK",
+            await _status(admin.pause_generation(PauseGenerationRequest())),
+        )
+        ctx.check.equal(
+            "ResumeGeneration with the admin token",
+            "OK",
+            await _status(admin.resume_generation(ResumeGenerationRequest())),
+        )
+
+
+@case("AUTH-3", requires=("authentication",), budget=2.0)
+async def requests_belong_to_their_principal(ctx: Ctx) -> None:
+    """Abort by id reaches only the caller's requests: ids are per principal, others' are NOT_IN_FLIGHT."""
+    _tokens(ctx, admin=True)
+    admin_channel = ctx.session.target.admin_channel
+    assert admin_channel is not None
+    shared, theirs_only = ctx.uid("shared"), ctx.uid("theirs")
+    theirs = [ctx.open(long_request(ctx, request_id=i), channel=admin_channel) for i in (shared, theirs_only)]
+    mine = ctx.open(long_request(ctx, request_id=shared))  # the same id, another owner: no clash
+    for stream in (*theirs, mine):
+        await first_delta(ctx, stream)
+    reply = await ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[shared, theirs_only])))
+    ctx.check.equal(
+        "a client's Abort of [its own id, an admin's id]",
+        [AbortStatus.ABORTED.name, AbortStatus.NOT_IN_FLIGHT.name],
+        [o.status.name for o in reply.outcomes],
+    )
+    mine_end = await mine.finish(ctx.budgets.release_s)
+    ctx.check.equal(
+        "the client's request",
+        [FinishReason.ABORTED],
+        [v.finish.reason for v in mine_end.outputs().values() if v.finish],
+    )
+    for stream in theirs:
+        await _still_streaming(ctx, stream)
+    pre = ctx.uid("pre")
+    early = await ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[pre])))
+    ctx.check.equal(
+        "a client's Abort of an id not yet in flight",
+        [AbortStatus.NOT_IN_FLIGHT.name],
+        [o.status.name for o in early.outcomes],
+    )
+    record = await ctx.open(
+        request(ctx, max_tokens=2, ignore_eos=True, request_id=pre), channel=admin_channel
+    ).finish(ctx.budgets.stream_s)
+    ctx.check.that(
+        bool(record.outputs())
+        and all(
+            v.finish is not None and v.finish.reason == FinishReason.LENGTH for v in record.outputs().values()
+        ),
+        "an admin's Generate with an id a client aborted in advance",
+        "not aborted (LENGTH)",
+        record.summary(),
+    )
+    everything = await ctx.call(ctx.control.abort, AbortRequest(all=AllRequests()))  # routed to the admin
+    listed = sorted(o.request_id for o in everything.outcomes)
+    ctx.check.equal("an admin's Abort of all requests lists", sorted([shared, theirs_only]), listed)
+    for stream in theirs:
+        await stream.finish(ctx.budgets.release_s)
+
+
+async def _still_streaming(ctx: Ctx, stream: LiveStream) -> None:
+    seen = len(stream.events)
+    await stream.read_until(lambda e, seen=seen: e.seq >= seen, ctx.budgets.prompt_s)  # type: ignore[misc]
+    ctx.check.that(
+        len(stream.events) > seen and stream.record.error is None and not stream.done.is_set(),
+        "the admin's request after a client aborted its id",
+        "still streaming",
+        stream.record.summary(),
+    )

@@ -1,0 +1,144 @@
+"""Edge mutants: the reference server with exactly one fault at its wire boundary, for the clauses a
+proxy cannot carry through (malformed bytes, framing, flow control, authentication).
+
+A proxy re-frames and re-reads every message, so the zoo's proxy mutants cannot lie about length
+prefixes or stop reading. These mutants are the real server instead, started by this module after
+one of its parts is replaced; nothing of the fault lives in ``reference_server``.
+
+    python -m tests.selftest.edge_mutants MUTANT [server options...]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import betterproto2
+from grpclib import GRPCError, Status
+
+from reference_server.frontend.edge import auth, decoding, framing, guard
+from reference_server.frontend.requests import RequestState
+
+
+@dataclass(frozen=True)
+class EdgeMutant:
+    name: str
+    fault: str
+    expected: frozenset[str]  # the cases that must fail (globs allowed), and no others
+    apply: Callable[[], None]
+
+
+def _lax_decoding() -> None:
+    """betterproto2 alone, as the server had it: accepts what upb refuses."""
+
+    def decode(self: decoding.StrictDecoder, data: bytes, message_type: type) -> Any:
+        if issubclass(message_type, betterproto2.Message):
+            return message_type.parse(data)
+        return message_type.FromString(data)  # type: ignore[attr-defined]
+
+    decoding.StrictDecoder.decode = decode  # type: ignore[method-assign]
+
+
+def _first_message_only() -> None:
+    async def read_single_message(stream: framing.RawStream, max_message_bytes: int) -> bytes:
+        return await framing.read_message(stream, max_message_bytes) or b""
+
+    guard.read_single_message = read_single_message  # type: ignore[assignment]
+
+
+def _limit_after_body() -> None:
+    original = framing.read_message
+
+    async def read_message(stream: framing.RawStream, max_message_bytes: int) -> bytes | None:
+        return await original(stream, 2**32)  # reads whatever the prefix claims, checks nothing
+
+    guard.read_message = read_message  # type: ignore[assignment]
+    framing.read_message = read_message  # type: ignore[assignment]
+
+
+def _no_hold() -> None:
+    def push(self: RequestState, event: Any) -> None:
+        self._events.append(event)
+        self._wakeup.set()
+
+    RequestState.push = push  # type: ignore[method-assign]
+
+
+def _stall_as_aborted_finish() -> None:
+    from reference_server.frontend import inference
+
+    def stall(self: inference.InferenceService, state: RequestState) -> None:
+        state.abort_requested = True
+        if state.submitted:
+            self.ctx.link.abort([state.rid])  # the engine's aborted finishes end the stream
+
+    inference.InferenceService._stall = stall  # type: ignore[method-assign]
+
+
+def _open_door() -> None:
+    def authenticate(self: auth.Credentials, metadata: Any, peer_certificate: Any) -> auth.Principal:
+        try:
+            return original(self, metadata, peer_certificate)
+        except GRPCError:
+            return auth.Principal("anyone", "client")
+
+    original = auth.Credentials.authenticate
+    auth.Credentials.authenticate = authenticate  # type: ignore[method-assign]
+
+
+def _no_roles() -> None:
+    def authorize(self: guard.EdgeGuard, path: str, stream: Any) -> auth.Principal:
+        return original(self, path.replace("/lmrpc.v1.ControlService/", "/unchecked/"), stream)
+
+    original = guard.EdgeGuard._authorize
+    guard.EdgeGuard._authorize = authorize  # type: ignore[method-assign]
+
+
+def _shared_ids() -> None:
+    def authorize(self: guard.EdgeGuard, path: str, stream: Any) -> auth.Principal:
+        principal = original(self, path, stream)
+        return auth.Principal("everyone", principal.role)  # one owner for all: ids and aborts collide
+
+    original = guard.EdgeGuard._authorize
+    guard.EdgeGuard._authorize = authorize  # type: ignore[method-assign]
+
+
+def _wrong_refusal_code() -> None:
+    original = auth.Credentials.authenticate
+
+    def authenticate(self: auth.Credentials, metadata: Any, peer_certificate: Any) -> auth.Principal:
+        try:
+            return original(self, metadata, peer_certificate)
+        except GRPCError as exc:
+            raise GRPCError(Status.PERMISSION_DENIED, exc.message) from None
+
+    auth.Credentials.authenticate = authenticate  # type: ignore[method-assign]
+
+
+EDGE_MUTANTS = (
+    EdgeMutant("lax-decoding", "requests parsed by betterproto2 alone", frozenset({"MALFORMED-1[*]", "MALFORMED-2"}), _lax_decoding),
+    EdgeMutant("first-message-only", "a unary call's extra or missing message goes unnoticed", frozenset({"MALFORMED-4[two-messages]", "MALFORMED-4[no-message]"}), _first_message_only),
+    EdgeMutant("limit-after-body", "the size limit is checked after the body was read", frozenset({"MALFORMED-3"}), _limit_after_body),
+    EdgeMutant("no-hold", "generation goes on for a client that does not read", frozenset({"FLOW-1"}), _no_hold),
+    EdgeMutant("stall-as-aborted-finish", "a stalled request ends with ABORTED finishes", frozenset({"FLOW-2"}), _stall_as_aborted_finish),
+    EdgeMutant("open-door", "calls without credentials are served", frozenset({"AUTH-1"}), _open_door),
+    EdgeMutant("wrong-refusal-code", "missing credentials answer PERMISSION_DENIED", frozenset({"AUTH-1"}), _wrong_refusal_code),
+    EdgeMutant("no-roles", "every principal may use administrative RPCs", frozenset({"AUTH-2"}), _no_roles),
+    EdgeMutant("shared-ids", "requests are not owned: one principal aborts another's", frozenset({"AUTH-3"}), _shared_ids),
+)  # fmt: skip
+BY_NAME = {m.name: m for m in EDGE_MUTANTS}
+
+
+def main() -> None:
+    name, args = sys.argv[1], sys.argv[2:]
+    if name != "reference":
+        BY_NAME[name].apply()
+    from reference_server.cli import main as serve
+
+    serve(args)
+
+
+if __name__ == "__main__":
+    main()
