@@ -58,4 +58,5 @@ def test_unchecked_clauses_say_why() -> None:
         "N-3",
         "LIFE-1",
         "LIFE-2",
+        "LIFE-4",
     }
