@@ -21,6 +21,14 @@ class Admission(Protocol):
         True, or change nothing and return False."""
         ...
 
+    def suspend(self, group: RequestGroup) -> None:
+        """Give back what a held group reserved but has not used."""
+        ...
+
+    def try_resume(self, group: RequestGroup) -> bool:
+        """Reserve again what ``suspend`` gave back, or change nothing and return False."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class BatcherConfig:
@@ -57,6 +65,7 @@ class Batcher:
         self.waiting: deque[RequestGroup] = deque()
         self.running: dict[str, RequestGroup] = {}
         self.held: set[str] = set()  # running groups whose client is not reading (FLOW-1)
+        self.resuming: set[str] = set()  # released groups waiting to take their reservation back
 
     def add(self, group: RequestGroup) -> None:
         self.waiting.append(group)
@@ -64,6 +73,7 @@ class Batcher:
     def pop(self, rid: str) -> RequestGroup | None:
         """Remove a group, waiting or running."""
         self.held.discard(rid)
+        self.resuming.discard(rid)
         group = self.running.pop(rid, None)
         if group is not None:
             return group
@@ -75,6 +85,12 @@ class Batcher:
 
     @property
     def num_running_sequences(self) -> int:
+        """Sequences that take part in steps: admitted and not held. Held ones keep their KV
+        cache and table rows, but their batch slots go to others (FLOW-1)."""
+        return sum(len(g.active_outputs()) for rid, g in self.running.items() if rid not in self.held)
+
+    @property
+    def num_admitted_sequences(self) -> int:
         return sum(len(g.active_outputs()) for g in self.running.values())
 
     @property
@@ -82,15 +98,28 @@ class Batcher:
         return sum(g.request.num_outputs for g in self.waiting)
 
     def set_held(self, rid: str, held: bool) -> None:
-        if held and rid in self.running:
+        group = self.running.get(rid)
+        if group is None:
+            return
+        if held and rid not in self.held:
             self.held.add(rid)
-        else:
-            self.held.discard(rid)
+            self.resuming.discard(rid)
+            self.admission.suspend(group)
+        elif not held and rid in self.held:
+            self.resuming.add(rid)  # back in the batch once its reservation is available again
 
     def has_runnable(self) -> bool:
-        return bool(self.waiting) or len(self.held) < len(self.running)
+        return bool(self.waiting) or bool(self.resuming) or len(self.held) < len(self.running)
 
     def schedule(self) -> list[ScheduledChunk]:
+        for rid in list(self.resuming):  # before new admissions: they were running already
+            group = self.running[rid]
+            fits = (
+                self.num_running_sequences + len(group.active_outputs()) <= self.config.max_running_sequences
+            )
+            if fits and self.admission.try_resume(group):
+                self.resuming.discard(rid)
+                self.held.discard(rid)
         budget = self.config.max_batch_tokens
         chunks: list[ScheduledChunk] = []
         active = [g for rid, g in self.running.items() if rid not in self.held]
@@ -105,7 +134,7 @@ class Batcher:
                 chunks.append(chunk)
                 budget -= chunk.num_tokens
         running = self.num_running_sequences
-        while self.waiting and budget > 0:
+        while self.waiting and budget > 0 and not self.resuming:  # released groups come back first
             group = self.waiting[0]
             if running + group.request.num_outputs > self.config.max_running_sequences:
                 break

@@ -86,6 +86,10 @@ class _Group:
     def kv_reservation(self) -> int:
         return len(self.request.prompt_ids) + self.request.num_outputs * self.request.stopping.max_tokens
 
+    @property
+    def kv_used(self) -> int:
+        return len(self.request.prompt_ids) + sum(len(o.token_ids) for o in self.outputs)
+
 
 class FakeEngine:
     def __init__(self, config: FakeEngineConfig, tokenize: Callable[[str], list[int]] | None = None) -> None:
@@ -213,13 +217,21 @@ class FakeEngine:
     # ── internals ───────────────────────────────────────────────────────────────────────────
 
     def _admit(self) -> None:
-        reserved = sum(g.kv_reservation for g in self._running.values())
-        running = sum(g.request.num_outputs for g in self._running.values())
+        # held groups (FLOW-1) keep the KV they filled but give their batch slots and the rest of
+        # their reservation to others
+        reserved = sum(
+            g.kv_used if rid in self._held else g.kv_reservation for rid, g in self._running.items()
+        )
+        running = sum(g.request.num_outputs for rid, g in self._running.items() if rid not in self._held)
+        held = sum(g.request.num_outputs for rid, g in self._running.items() if rid in self._held)
         for rid, group in list(self._waiting.items()):
             n = group.request.num_outputs
             if reserved + group.kv_reservation > self.config.kv_tokens:
                 break  # first come, first served: later groups wait too
-            if running + n > self.config.max_running_sequences:
+            if (
+                running + n > self.config.max_running_sequences
+                or running + held + n > 2 * self.config.max_running_sequences
+            ):
                 break
             del self._waiting[rid]
             group.cached_prompt_tokens = self._match_and_insert_prefix(group.request.prompt_ids)

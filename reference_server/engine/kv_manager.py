@@ -83,6 +83,21 @@ class KVManager:
             seq.row = None
         seq.finished = True
 
+    def suspend(self, group: RequestGroup) -> None:
+        """A held group (FLOW-1) keeps the slots it filled and its rows, and gives its unused
+        reservation back, so that requests of clients who read can be admitted meanwhile."""
+        group.kv_suspended += group.kv_reserved
+        self.reserved -= group.kv_reserved
+        group.kv_reserved = 0
+
+    def try_resume(self, group: RequestGroup) -> bool:
+        """Take the reservation back, or change nothing if it is not available now."""
+        if group.kv_suspended > self.num_available:
+            return False
+        group.kv_reserved, group.kv_suspended = group.kv_suspended, 0
+        self.reserved += group.kv_reserved
+        return True
+
     def finish_group(self, group: RequestGroup) -> None:
         self.reserved -= group.kv_reserved
         group.kv_reserved = 0

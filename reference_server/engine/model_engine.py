@@ -31,6 +31,7 @@ from reference_server.models.tokenizer import load_tokenizer
 log = logging.getLogger("lmrpc.engine")
 
 SLOT_TABLE_WIDTH_MULTIPLE = 256  # attention pads key lists; the table must cover the padding
+HELD_ROWS_FACTOR = 2  # slot-table rows per running sequence: one for it, one for a held one
 
 
 class ModelEngine:
@@ -51,7 +52,10 @@ class ModelEngine:
             head_dim=mc.head_dim, dtype=self.dtype, device=self.device,
         )  # fmt: skip
         width = -(-mc.max_context_tokens // SLOT_TABLE_WIDTH_MULTIPLE) * SLOT_TABLE_WIDTH_MULTIPLE
-        table = SlotTable(max_rows=config.max_running_sequences, max_context_tokens=width, device=self.device)
+        # Held requests (clients that stopped reading, FLOW-1) keep their rows, so the table has
+        # as many again for them: a full set of held sequences never blocks the running ones.
+        rows = config.max_running_sequences * HELD_ROWS_FACTOR
+        table = SlotTable(max_rows=rows, max_context_tokens=width, device=self.device)
         self.kv = KVManager(pool, table)
         self.attention = create_attention_backend(
             backend, pool, table, num_heads=mc.num_heads, num_kv_heads=mc.num_kv_heads, head_dim=mc.head_dim,
@@ -164,7 +168,7 @@ class ModelEngine:
     def load(self, *, paused: bool) -> EngineLoad:
         kv = self.kv
         return EngineLoad(
-            running_sequences=self.batcher.num_running_sequences,
+            running_sequences=self.batcher.num_admitted_sequences,
             waiting_sequences=self.batcher.num_waiting_sequences,
             kv_tokens_in_use=kv.pool.num_slots - kv.pool.num_free - kv.cache.evictable_size,
             kv_tokens_total=kv.pool.num_slots,

@@ -56,6 +56,7 @@ class RequestGroup:
     outputs: list[Sequence]
     num_cached_prompt_tokens: int = 0
     kv_reserved: int = 0  # worst-case slots still reserved for this group
+    kv_suspended: int = 0  # the reservation a held group gave back, to take again on release
     reported_cache: bool = False
     forked: bool = False  # the prompt is prefilled and every output has its first token
 

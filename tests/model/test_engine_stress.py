@@ -53,7 +53,16 @@ def test_random_traffic_keeps_the_books(engine: ModelEngine, seed: int) -> None:
     requests: dict[str, SubmitRequest] = {}
     tokens: dict[tuple[str, int], list[int]] = {}
     ended: dict[tuple[str, int], Finish | None] = {}  # None: ended by finish_output
+    held: set[str] = set()  # groups whose client stopped reading (FLOW-1)
     for step in range(300):
+        if rng.random() < 0.08 and requests:
+            rid = rng.choice(list(requests))
+            engine.set_held(rid, True)
+            held.add(rid)
+        if rng.random() < 0.08 and held:
+            rid = rng.choice(sorted(held))
+            engine.set_held(rid, False)
+            held.discard(rid)
         if step < 220 and rng.random() < 0.3:
             rid = f"s{seed}-{step}"
             requests[rid] = random_request(rng, rid)
@@ -72,10 +81,13 @@ def test_random_traffic_keeps_the_books(engine: ModelEngine, seed: int) -> None:
         for out in engine.step():
             key = (out.rid, out.output_index)
             assert key not in ended, f"{key} produced output after it ended"
+            assert out.rid not in held or not out.token_ids, f"{out.rid} generated while held"
             tokens.setdefault(key, []).extend(out.token_ids)
             if out.finish is not None:
                 ended[key] = out.finish
         engine.check_integrity()
+    for rid in held:
+        engine.set_held(rid, False)
     while engine.has_work():
         for out in engine.step():
             key = (out.rid, out.output_index)

@@ -23,6 +23,18 @@ class FakeAdmission:
         if g.kv_worst_case > self.capacity:
             return False
         self.capacity -= g.kv_worst_case
+        g.kv_reserved = g.kv_worst_case
+        return True
+
+    def suspend(self, g: RequestGroup) -> None:
+        self.capacity += g.kv_reserved
+        g.kv_suspended, g.kv_reserved = g.kv_reserved, 0
+
+    def try_resume(self, g: RequestGroup) -> bool:
+        if g.kv_suspended > self.capacity:
+            return False
+        self.capacity -= g.kv_suspended
+        g.kv_reserved, g.kv_suspended = g.kv_suspended, 0
         return True
 
 
@@ -109,3 +121,27 @@ def test_pop_removes_waiting_and_running_groups() -> None:
     assert batcher.pop("b") is not None and batcher.pop("a") is not None
     assert batcher.pop("a") is None
     assert not batcher.waiting and not batcher.running
+
+
+def test_a_held_group_leaves_the_batch_and_its_reservation_to_others() -> None:
+    batcher = Batcher(BatcherConfig(max_batch_tokens=64, max_running_sequences=2), FakeAdmission(40))
+    stalled, other, late = (
+        group("stalled", 4, n=2, max_tokens=9),
+        group("other", 4, max_tokens=9),
+        group("late", 4),
+    )
+    batcher.add(stalled)
+    apply(batcher.schedule(), batcher)  # prefilled and forked: both outputs decode from now on
+    batcher.add(other)
+    assert [c.seq.rid for c in batcher.schedule()] == ["stalled", "stalled"]  # no row left for `other`
+    batcher.set_held("stalled", True)
+    chunks = batcher.schedule()
+    assert {c.seq.rid for c in chunks} == {"other"}  # admitted into the batch slots the held group left
+    apply(chunks, batcher)
+    batcher.add(late)
+    batcher.set_held("stalled", False)
+    waiting = batcher.schedule()  # the released group waits for room, and nothing new jumps ahead of it
+    assert {c.seq.rid for c in waiting} == {"other"} and batcher.held == {"stalled"}
+    batcher.pop("other")
+    assert [c.seq.rid for c in batcher.schedule()] == ["stalled", "stalled"]
+    assert not batcher.held and [g.rid for g in batcher.waiting] == ["late"]
