@@ -11,7 +11,7 @@ from grpclib import GRPCError, Status
 from grpclib.health.check import ServiceStatus
 
 from lmrpc import CONTRACT_REVISION
-from lmrpc.v1 import Capabilities, EffectiveDefaults, EmbeddingModelInfo, ModelInfo, ServerInfo
+from lmrpc.v1 import Capabilities, EffectiveDefaults, EmbeddingModelInfo, ModelInfo, ServerInfo, ServerLimits
 from reference_server.config import ServerConfig
 from reference_server.frontend.engine_link import EngineLink
 from reference_server.frontend.requests import RequestTable
@@ -85,6 +85,11 @@ class FrontendContext:
             contract_revision=CONTRACT_REVISION,
             capabilities=self.engine.capabilities if self.engine else Capabilities(),
             uptime_seconds=time.monotonic() - self.started_at,
+            limits=ServerLimits(
+                max_stop_string_bytes=self.config.limits.max_stop_string_bytes,
+                max_waiting_requests=self.config.limits.max_waiting_requests,
+                drain_timeout_seconds=self.config.drain_timeout_s,
+            ),
         )
 
 
@@ -109,6 +114,7 @@ def capabilities_for(info: EngineInfo, tokenizer: TokenizerBundle, config: Serve
         admin=True,
         final_only=True,
         max_stop_strings=limits.max_stop_strings,
+        special_token_parsing=True,
     )
 
 
@@ -131,6 +137,7 @@ def model_info_for(engine: Engine, config: ServerConfig) -> tuple[ModelInfo, Emb
             repetition_penalty=1.0,
             n=1,
             max_tokens=min(limits.default_max_tokens, info.max_context_tokens - 1),
+            min_tokens=0,
         ),
         has_chat_template=engine.tokenizer.chat_template is not None,
     )

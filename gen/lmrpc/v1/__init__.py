@@ -47,6 +47,7 @@ __all__ = (
     "ResumeGenerationResponse",
     "SamplingParams",
     "ServerInfo",
+    "ServerLimits",
     "StopMatch",
     "StoppingCriteria",
     "TokenCandidate",
@@ -94,8 +95,9 @@ class AbortStatus(betterproto2.Enum):
 
     NOT_IN_FLIGHT = 2
     """
-    No such request is in flight (unknown, already finished, or not yet arrived: a Generate with
-    this id that arrives within a short grace period is aborted at once, ABORT-6).
+    The Abort does not cover this id (ABORT-1): unknown, already finished, already covered by an
+    earlier Abort (also while that request is still ending), or not yet arrived (a Generate with this
+    id that arrives within limits.abort_grace_seconds is aborted at once, ABORT-6).
     """
 
     @classmethod
@@ -216,7 +218,8 @@ class AbortResponse(betterproto2.Message):
 
     outcomes: "list[AbortOutcome]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
     """
-    One outcome per targeted id; for AllRequests, one per request that was in flight.
+    One outcome per distinct targeted id, in the order the ids first appear; for AllRequests, one per
+    request the Abort covered (ABORT-1, ABORT-5).
     """
 
 
@@ -331,6 +334,12 @@ class Capabilities(betterproto2.Message):
     max_stop_strings: "int" = betterproto2.field(18, betterproto2.TYPE_UINT32)
     """
     The largest number of stop strings accepted in one request.
+    """
+
+    special_token_parsing: "bool" = betterproto2.field(30, betterproto2.TYPE_BOOL)
+    """
+    GenerateRequest.parse_special_tokens and TokenizeRequest.parse_special_tokens are honoured (REQ-8).
+    Added in contract revision 2.
     """
 
 
@@ -463,6 +472,11 @@ class EffectiveDefaults(betterproto2.Message):
     Default StoppingCriteria.max_tokens, lowered to what the context window leaves.
     """
 
+    min_tokens: "int" = betterproto2.field(10, betterproto2.TYPE_UINT32)
+    """
+    Default StoppingCriteria.min_tokens (STOP-5, SAMPLE-8). Added in contract revision 2.
+    """
+
 
 default_message_pool.register_message("lmrpc.v1", "EffectiveDefaults", EffectiveDefaults)
 
@@ -515,7 +529,8 @@ class EmbedRequest(betterproto2.Message):
 
     request_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    The caller's id for this request. If empty the server assigns one.
+    The caller's id for this request, echoed in EmbedResponse.request_id; if empty the server assigns
+    one. Same format as GenerateRequest.request_id (EMBED-3).
     """
 
     texts: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
@@ -626,6 +641,13 @@ class GenerateRequest(betterproto2.Message):
     response: "ResponseOptions | None" = betterproto2.field(7, betterproto2.TYPE_MESSAGE, optional=True)
     """
     What each event carries and how events are delivered. Absent means all defaults.
+    """
+
+    parse_special_tokens: "bool | None" = betterproto2.field(8, betterproto2.TYPE_BOOL, optional=True)
+    """
+    Whether special-token strings (such as "<|im_end|>") in the input become special tokens. Absent:
+    yes in text input, no in chat message content (REQ-8). Only with
+    Capabilities.special_token_parsing. Added in contract revision 2.
     """
 
 
@@ -1015,7 +1037,8 @@ class ResponseOptions(betterproto2.Message):
 
     top_logprobs: "int" = betterproto2.field(4, betterproto2.TYPE_UINT32)
     """
-    Number of top candidates per token in TokenLogprob.top, in [0, Capabilities.max_top_logprobs].
+    Number of top candidates per token in TokenLogprob.top, in [0, Capabilities.max_top_logprobs];
+    more than 0 only with return_logprobs (SAMPLE-5).
     """
 
     skip_special_tokens: "bool | None" = betterproto2.field(5, betterproto2.TYPE_BOOL, optional=True)
@@ -1138,7 +1161,7 @@ class ServerInfo(betterproto2.Message):
 
     contract_revision: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
     """
-    The revision of docs/contract.md this server implements (this file: 1).
+    The revision of docs/contract.md this server implements (this file: 2).
     """
 
     capabilities: "Capabilities | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
@@ -1151,8 +1174,38 @@ class ServerInfo(betterproto2.Message):
     Seconds since the server started.
     """
 
+    limits: "ServerLimits | None" = betterproto2.field(6, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The limits a client cannot discover otherwise (CAP-5). Added in contract revision 2.
+    """
+
 
 default_message_pool.register_message("lmrpc.v1", "ServerInfo", ServerInfo)
+
+
+@dataclass(eq=False, repr=False)
+class ServerLimits(betterproto2.Message):
+    """
+    Limits of a server, each 0 when it has none (CAP-5). The server enforces exactly these.
+    """
+
+    max_stop_string_bytes: "int" = betterproto2.field(10, betterproto2.TYPE_UINT32)
+    """
+    The longest stop string accepted, in UTF-8 bytes (SAMPLE-5).
+    """
+
+    max_waiting_requests: "int" = betterproto2.field(11, betterproto2.TYPE_UINT32)
+    """
+    Requests in flight at once; a Generate beyond it fails with RESOURCE_EXHAUSTED.
+    """
+
+    drain_timeout_seconds: "float" = betterproto2.field(12, betterproto2.TYPE_DOUBLE)
+    """
+    How long a draining server lets streams in flight finish before it aborts them (LIFE-1).
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "ServerLimits", ServerLimits)
 
 
 @dataclass(eq=False, repr=False)
@@ -1196,7 +1249,8 @@ class StoppingCriteria(betterproto2.Message):
 
     min_tokens: "int | None" = betterproto2.field(2, betterproto2.TYPE_UINT32, optional=True)
     """
-    Stop conditions are ignored until this many tokens were generated; <= max_tokens.
+    Until this many tokens were generated, stop tokens and EOS are not sampled and stop strings are
+    not matched (STOP-5); <= max_tokens. Absent means ModelInfo.defaults.min_tokens.
     """
 
     stop_strings: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
@@ -1216,9 +1270,10 @@ class StoppingCriteria(betterproto2.Message):
 
     include_stop_in_output: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
     """
-    Keep the text of the matched stop string or stop token in the output text. When false the
-    matched text is never streamed (STOP-1). Token ids are never removed: the deltas always carry
-    every generated token, the stop token included (USAGE-5).
+    Keep the text of the matched stop string or stop token in the output text (a stop or EOS token's
+    text as skip_special_tokens renders it, STOP-7). When false the matched text is never streamed
+    (STOP-1). Token ids are never removed: the deltas always carry every generated token, the stop
+    token included (USAGE-5).
     """
 
 
@@ -1308,6 +1363,11 @@ class TokenizeRequest(betterproto2.Message):
     chat: "ChatInput | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True, group="input")
     """
     A conversation, rendered and tokenized as GenerateRequest.chat is.
+    """
+
+    parse_special_tokens: "bool | None" = betterproto2.field(3, betterproto2.TYPE_BOOL, optional=True)
+    """
+    As GenerateRequest.parse_special_tokens (REQ-8). Added in contract revision 2.
     """
 
 
