@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from conformance.cases._helpers import first_delta, ok
-from conformance.cases.abort import abort
+from conformance.cases._helpers import abort, first_delta, ok
 from conformance.harness.context import Ctx
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case

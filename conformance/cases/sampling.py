@@ -192,3 +192,23 @@ async def top_k_one_is_greedy(ctx: Ctx) -> None:
     top1.sampling.top_k = 1
     a, b = (ok(ctx, r) for r in await asyncio.gather(ctx.generate(greedy), ctx.generate(top1)))
     ctx.check.equal("tokens of top_k=1 at temperature 1.5 vs greedy", outputs_tokens(a), outputs_tokens(b))
+
+
+@case("SAMPLE-1", tag="max_tokens-default")
+async def max_tokens_default(ctx: Ctx) -> None:
+    """Without max_tokens (and with ignore_eos) an output has exactly ModelInfo.defaults.max_tokens tokens."""
+    defaults = ctx.info.model.defaults
+    if defaults is None or not defaults.max_tokens:
+        ctx.check.fail("ModelInfo.defaults.max_tokens", "present", None)
+        return
+    req = request(ctx, "Once upon a time", temperature=0.0, ignore_eos=True)
+    assert req.stopping is not None
+    req.stopping.max_tokens = None
+    record = ok(ctx, await ctx.generate(req, total_s=4 * ctx.budgets.stream_s))
+    for view in record.outputs().values():
+        finish = view.finish
+        ctx.check.equal(
+            f"output {view.index}: (finish, completion_tokens) without max_tokens",
+            ("LENGTH", defaults.max_tokens),
+            (finish.reason.name, finish.completion_tokens) if finish else None,
+        )

@@ -14,7 +14,7 @@ from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import request
 from conformance.spec.registry import Variant, case
-from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
+from lmrpc.v1 import FlushCacheRequest, GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 
 TEXTS = (
     "Hello",
@@ -152,4 +152,55 @@ async def never_fits(ctx: Ctx) -> None:
     )
     expect_rejected(
         ctx, await ctx.generate(req), (Status.RESOURCE_EXHAUSTED,), f"n={n} outputs of {window} tokens"
+    )
+
+
+@case("USAGE-7", tag="after-flush", requires=("admin", "prefix_cache"), exclusive=True)
+async def cold_prompt_uncached(ctx: Ctx) -> None:
+    """The first request after FlushCache (nothing in flight) reports cached_prompt_tokens = 0."""
+    await ctx.call(ctx.control.flush_cache, FlushCacheRequest())
+    record = ok(ctx, await ctx.generate(request(ctx, LONG_PROMPT, temperature=0.0, max_tokens=2)))
+    usage = record.usage
+    ctx.check.equal(
+        "Usage.cached_prompt_tokens of the first prompt after FlushCache",
+        0,
+        usage.cached_prompt_tokens if usage else None,
+    )
+
+
+def _window_request(ctx: Ctx, extra: int) -> GenerateRequest:
+    prompt = [ctx.info.vocab_size - 1 - i for i in range(4)]
+    return GenerateRequest(
+        request_id=ctx.uid(),
+        token_ids=TokenIds(ids=prompt),
+        stopping=StoppingCriteria(max_tokens=ctx.info.max_context - len(prompt) + extra, ignore_eos=True),
+    )
+
+
+@case("REQ-6", tag="exact-fit", requires=("token_ids_input",))
+async def window_exact_fit(ctx: Ctx) -> None:
+    """A 4-token prompt with max_tokens = max_context_tokens - 4 fits exactly and is accepted."""
+    if ctx.info.kv_tokens_total and ctx.info.kv_tokens_total < ctx.info.max_context:
+        raise CaseSkipped(
+            f"a whole window ({ctx.info.max_context}) exceeds the KV cache ({ctx.info.kv_tokens_total})"
+        )
+    stream = ctx.open(_window_request(ctx, 0))
+    event = await stream.next(ctx.budgets.prompt_s)
+    ctx.check.that(
+        event is not None and event.kind == "prompt_info",
+        "a request that fills the context window exactly",
+        "accepted (a PromptInfo)",
+        stream.record.summary(),
+    )
+    await ctx.cancel(stream)
+
+
+@case("REQ-6", tag="one-over", requires=("token_ids_input",))
+async def window_one_over(ctx: Ctx) -> None:
+    """A 4-token prompt with max_tokens = max_context_tokens - 3 is INVALID_ARGUMENT."""
+    expect_rejected(
+        ctx,
+        await ctx.generate(_window_request(ctx, 1)),
+        (Status.INVALID_ARGUMENT,),
+        "one token over the window",
     )

@@ -219,8 +219,9 @@ class Ctx:
         response = await self.call(self.control.get_load, GetLoadRequest())
         return response.current or Load()
 
-    async def tokenize(self, text: str) -> list[int]:
-        return list((await self.call(self.control.tokenize, TokenizeRequest(text=text))).token_ids)
+    async def tokenize(self, text: str, *, parse_special_tokens: bool | None = None) -> list[int]:
+        request = TokenizeRequest(text=text, parse_special_tokens=parse_special_tokens)
+        return list((await self.call(self.control.tokenize, request)).token_ids)
 
     async def detokenize(self, ids: list[int], skip_special_tokens: bool | None = None) -> str:
         request = DetokenizeRequest(token_ids=ids, skip_special_tokens=skip_special_tokens)

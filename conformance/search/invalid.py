@@ -144,6 +144,13 @@ INVALID: tuple[Invalid, ...] = (
         requires=("logprobs",),
     ),
     Invalid(
+        "top_logprobs-without-return_logprobs",
+        "SAMPLE-5",
+        "top_logprobs",
+        _response(return_logprobs=False, top_logprobs=1),
+        requires=("logprobs",),
+    ),
+    Invalid(
         "stop_string=empty",
         "SAMPLE-5",
         "stop_strings",

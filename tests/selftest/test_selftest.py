@@ -4,6 +4,7 @@ exactly its declared cases). Prints the detection matrix and the mutation score.
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from conformance.spec.registry import all_cases, matches
 
-from .lanes import Lane, Outcome, _cases, run_harness
+from .lanes import KNOWN_FAILURES, Lane, Outcome, _cases, run_harness
 from .mutants import MUTANTS, Mutant
 
 TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
@@ -21,6 +22,12 @@ STATEFUL = "[stateful]"  # the state machine's cases: timing decides whether one
 REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest"))
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # the whole zoo runs inside one test
+
+
+def known_failures() -> set[str]:
+    """Cases the reference server itself still fails (its baseline): they are XFAIL on every lane."""
+    with KNOWN_FAILURES.open("rb") as handle:
+        return {entry["case"] for entry in tomllib.load(handle).get("known_failure", [])}
 
 
 def expand(patterns: frozenset[str]) -> set[str]:
@@ -95,7 +102,7 @@ def test_mutants_fail_exactly_their_cases(lanes: list[Lane], capsys: pytest.Capt
         # generation, so whether one run trips a given mutant is timing; they are counted
         # across the zoo below instead of required per mutant.
         stateful = {case_id for case_id in declared if case_id.endswith(STATEFUL)}
-        want, may = declared - stateful, expand(mutant.tolerated) | stateful
+        want, may = declared - stateful - known_failures(), expand(mutant.tolerated) | stateful
         if mutant.is_control or mutant is _ReferenceProxy:
             may = expand(mutant.tolerated)  # a correct server must pass every case, the machine's too
         else:  # on a broken server the machine may also trip over the fault through another invariant
