@@ -96,7 +96,7 @@ async def abort_finished(ctx: Ctx) -> None:
     ok(ctx, await ctx.generate(request(ctx, max_tokens=2)), "a request after the no-op abort")
 
 
-@case("ABORT-1", tag="finished-then-reused")
+@case("ABORT-1", tag="finished-then-reused", sends=("scenario.abort-then-reuse",))
 async def abort_finished_then_reused(ctx: Ctx) -> None:
     """An Abort for a finished request does not affect a later request that reuses its id (REQ-3)."""
     rid = ctx.uid("reused")
@@ -125,7 +125,7 @@ async def abort_twice(ctx: Ctx) -> None:
     ctx.check.equal("second Abort of the same id", [(rid, "NOT_IN_FLIGHT")], await abort(ctx, rid))
 
 
-@case("ABORT-1", tag="twice-while-ending")
+@case("ABORT-1", tag="twice-while-ending", sends=("scenario.abort-twice-at-once",))
 async def abort_twice_while_ending(ctx: Ctx) -> None:
     """Two Aborts of one request sent together: one covers it (ABORTED), the other, arriving while the
     request is still ending, is NOT_IN_FLIGHT."""
@@ -141,7 +141,7 @@ async def abort_twice_while_ending(ctx: Ctx) -> None:
     await stream.finish(ctx.budgets.release_s)
 
 
-@case("ABORT-1", tag="mixed")
+@case("ABORT-1", tag="mixed", sends=("scenario.abort-live-and-unknown",))
 async def abort_mixed(ctx: Ctx) -> None:
     """One Abort naming an unknown id and a request in flight: NOT_IN_FLIGHT and ABORTED, in that order;
     the request in flight ends ABORTED."""
@@ -156,7 +156,7 @@ async def abort_mixed(ctx: Ctx) -> None:
     await expect_aborted_end(ctx, stream, 1, "the request in flight, aborted beside an unknown id")
 
 
-@case("ABORT-1", tag="duplicate-ids")
+@case("ABORT-1", tag="duplicate-ids", sends=("abort.duplicate-ids",))
 async def abort_duplicates(ctx: Ctx) -> None:
     """An Abort naming ids more than once answers each distinct id once, in order of first appearance."""
     stream = ctx.open(long_request(ctx))
@@ -170,7 +170,7 @@ async def abort_duplicates(ctx: Ctx) -> None:
     await stream.finish(ctx.budgets.release_s)
 
 
-@case("ABORT-2", tag="mid-stream")
+@case("ABORT-2", tag="mid-stream", sends=("abort.ids=1",))
 async def abort_mid_stream(ctx: Ctx) -> None:
     """Abort while tokens stream: ABORTED finish with the tokens so far (at most 16 after the
     AbortResponse), Usage, status OK, promptly."""
@@ -216,7 +216,7 @@ def _expect_all_aborted(
     ctx.check.that(len(ids) == len(set(ids)), "Abort(all) outcomes", "one per request", outcomes)
 
 
-@case("ABORT-5", exclusive=True)
+@case("ABORT-5", exclusive=True, sends=("abort.all",))
 async def abort_everything(ctx: Ctx) -> None:
     """Abort(all) aborts every request in flight and reports each ABORTED, once."""
     n = min(ctx.info.caps.max_outputs, 2)
@@ -228,7 +228,9 @@ async def abort_everything(ctx: Ctx) -> None:
         await expect_aborted_end(ctx, stream, k, f"{stream.record.request_id} after Abort(all)")
 
 
-@case("ABORT-5", tag="waiting", requires=("admin",), exclusive=True)
+@case(
+    "ABORT-5", tag="waiting", requires=("admin",), exclusive=True, sends=("scenario.abort-all-while-waiting",)
+)
 async def abort_everything_waiting(ctx: Ctx) -> None:
     """Abort(all) also covers requests accepted while generation is paused (waiting, no tokens yet)."""
     await paused(ctx)
@@ -244,7 +246,7 @@ async def abort_everything_waiting(ctx: Ctx) -> None:
         await expect_aborted_end(ctx, stream, 1, f"waiting {stream.record.request_id} after Abort(all)")
 
 
-@case("ABORT-6", budget=1.5)
+@case("ABORT-6", budget=1.5, sends=("scenario.abort-before-arrival",))
 async def abort_before_arrival(ctx: Ctx) -> None:
     """An Abort that races ahead of its Generate wins: the Generate is accepted and ends ABORTED at once."""
     rid = ctx.uid("early")
@@ -265,7 +267,10 @@ async def abort_before_arrival(ctx: Ctx) -> None:
 
 @case(
     "ABORT-7",
-    variants=[Variant({"empty": False}, tag="no-target"), Variant({"empty": True}, tag="empty-ids")],
+    variants=[
+        Variant({"empty": False}, tag="no-target", sends=("abort.no-target",)),
+        Variant({"empty": True}, tag="empty-ids", sends=("abort.empty-ids",)),
+    ],
 )
 async def abort_without_target(ctx: Ctx) -> None:
     """Abort with no target, or with an empty id list, is INVALID_ARGUMENT."""

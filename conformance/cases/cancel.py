@@ -27,7 +27,7 @@ async def released_after_abort(ctx: Ctx) -> None:
     await expect_released(ctx, baseline, "an abort")  # the stream is left open: the abort alone must free it
 
 
-@case("CANCEL-1", tag="after-begin", exclusive=True)
+@case("CANCEL-1", tag="after-begin", exclusive=True, sends=("scenario.cancel-after-begin",))
 async def cancel_after_begin(ctx: Ctx) -> None:
     """The client resets the call right after sending it: the server releases the request."""
     baseline = await quiet_load(ctx)
@@ -37,7 +37,7 @@ async def cancel_after_begin(ctx: Ctx) -> None:
     await expect_released(ctx, baseline, "a cancel right after the call began")
 
 
-@case("CANCEL-1", tag="after-first-response", exclusive=True)
+@case("CANCEL-1", tag="after-first-response", exclusive=True, sends=("scenario.cancel-after-first-token",))
 async def cancel_after_first_response(ctx: Ctx) -> None:
     """The client resets the call after its first token: the server stops and releases the request."""
     baseline = await quiet_load(ctx)
@@ -47,7 +47,7 @@ async def cancel_after_first_response(ctx: Ctx) -> None:
     await expect_released(ctx, baseline, "a cancel after the first token")
 
 
-@case("CANCEL-2", tag="deadline", exclusive=True)
+@case("CANCEL-2", tag="deadline", exclusive=True, sends=("scenario.deadline",))
 async def deadline_expires(ctx: Ctx) -> None:
     """A deadline on a long generation: the client sees DEADLINE_EXCEEDED (or CANCELLED); the server releases it."""
     baseline = await quiet_load(ctx)
@@ -104,7 +104,12 @@ async def others_unaffected(ctx: Ctx) -> None:
     await victims[1].finish(ctx.budgets.release_s)
 
 
-@case("CANCEL-3", tag="shared-prefix", requires=("deterministic_greedy",))
+@case(
+    "CANCEL-3",
+    tag="shared-prefix",
+    requires=("deterministic_greedy",),
+    sends=("scenario.cancel-twin-shares-prompt",),
+)
 async def shared_prompt_unaffected(ctx: Ctx) -> None:
     """Cancelling a request never disturbs a request beside it with the same prompt (whose prefix-cache
     entries it may share)."""

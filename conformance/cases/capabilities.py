@@ -3,13 +3,14 @@ administrative RPCs (LIFE-3)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import expect_rejected, ok, outputs_tokens, status_of
+from conformance.cases._helpers import abort, expect_rejected, ok, outputs_tokens, status_of
 from conformance.harness.context import Ctx, RpcOutcome
 from conformance.harness.outcome import CaseSkipped, Mismatch
 from conformance.harness.requests import request
@@ -147,7 +148,15 @@ async def max_stop_strings_honoured(ctx: Ctx) -> None:
     )
 
 
-@case("TOK-1", tag="text", requires=("tokenize",))
+@case(
+    "TOK-1",
+    tag="text",
+    requires=("tokenize",),
+    sends=(
+        "generate.text",
+        "generate.return_prompt_token_ids",
+    ),
+)
 async def tokenize_matches_generate(ctx: Ctx) -> None:
     """Tokenize returns exactly the prompt ids Generate uses (PromptInfo.prompt_token_ids)."""
     for text in PROMPTS[:6]:
@@ -164,7 +173,15 @@ async def tokenize_matches_generate(ctx: Ctx) -> None:
         )
 
 
-@case("TOK-1", tag="chat", requires=("tokenize", "chat_input"))
+@case(
+    "TOK-1",
+    tag="chat",
+    requires=("tokenize", "chat_input"),
+    sends=(
+        "generate.chat",
+        "tokenize.chat",
+    ),
+)
 async def tokenize_chat_matches_generate(ctx: Ctx) -> None:
     """Tokenize(chat) returns exactly the prompt ids Generate(chat) uses."""
     chat = ChatInput(messages=[ChatMessage("system", "Be brief."), ChatMessage("user", "Hello!")])
@@ -187,7 +204,7 @@ async def tokenize_chat_matches_generate(ctx: Ctx) -> None:
     )
 
 
-@case("TOK-2", requires=("tokenize",))
+@case("TOK-2", requires=("tokenize",), sends=("tokenize.text",))
 async def round_trip(ctx: Ctx) -> None:
     """Detokenize(Tokenize(text)) gives the text back."""
 
@@ -199,7 +216,7 @@ async def round_trip(ctx: Ctx) -> None:
     raise_outcome(ctx, await search(ctx, prompt_texts(), body, examples=ctx.tuning.examples * 4))
 
 
-@case("EMBED-1", requires=("embed",))
+@case("EMBED-1", requires=("embed",), sends=("embed.texts>1",))
 async def embeddings_shape(ctx: Ctx) -> None:
     """One embedding per text, in input order (the i-th is the vector the i-th text gets alone), each of
     EmbeddingModelInfo.dimensions values; prompt_tokens > 0."""
@@ -249,7 +266,14 @@ async def embeddings_normalized(ctx: Ctx) -> None:
     )
 
 
-@case("EMBED-3", requires=("embed",))
+@case(
+    "EMBED-3",
+    requires=("embed",),
+    sends=(
+        "embed.request_id=empty",
+        "embed.request_id-malformed",
+    ),
+)
 async def embed_request_ids(ctx: Ctx) -> None:
     """Embed echoes the request_id, assigns a non-empty one when it is empty, and rejects a malformed one."""
     rid = ctx.uid("embed")
@@ -259,12 +283,28 @@ async def embed_request_ids(ctx: Ctx) -> None:
     ctx.check.that(bool(assigned.request_id), "EmbedResponse.request_id for an empty one", "non-empty", "''")
     bad = await ctx.call_status(ctx.inference.embed, EmbedRequest(request_id=rid + " !", texts=["Hi"]))
     ctx.check.equal(f"Embed with request_id={rid + ' !'!r}", Status.INVALID_ARGUMENT.name, bad.code)
+    twins = await asyncio.gather(
+        *(ctx.call_status(ctx.inference.embed, EmbedRequest(request_id=rid, texts=["Hi"])) for _ in range(2))
+    )
+    ctx.check.equal(
+        "two concurrent Embeds with one request_id (not Generate ids)", ["OK", "OK"], [t.code for t in twins]
+    )
+    ctx.check.equal("Abort of an Embed request_id", [(rid, "NOT_IN_FLIGHT")], await abort(ctx, rid))
 
 
 PENALTIES = {"frequency_penalty": 2.0, "presence_penalty": 2.0, "repetition_penalty": 10.0}  # SAMPLE-5 limits
 
 
-@case("CAP-2", tag="penalties", requires=("penalties", "deterministic_greedy"))
+@case(
+    "CAP-2",
+    tag="penalties",
+    requires=("penalties", "deterministic_greedy"),
+    sends=(
+        "generate.frequency_penalty",
+        "generate.presence_penalty",
+        "generate.repetition_penalty",
+    ),
+)
 async def penalties_take_effect(ctx: Ctx) -> None:
     """Each penalty, at its strongest, changes the greedy continuation of a repetitive prompt."""
     prompt = "the the the the the the the the the the the the"

@@ -24,7 +24,7 @@ from lmrpc.v1 import DetokenizeRequest, EmbedRequest, FinishReason, GenerateRequ
 
 
 def _invalid_case(entry: Invalid) -> None:
-    @case(entry.clause, tag=entry.label, requires=entry.requires)
+    @case(entry.clause, tag=entry.label, requires=entry.requires, sends=entry.sends)
     async def rejected(ctx: Ctx) -> None:
         """The request fails with the code the contract gives it, and no messages."""
         record = await ctx.generate(entry.build(ctx.info, ctx.uid()))
@@ -57,7 +57,7 @@ async def generated_invalid(ctx: Ctx) -> None:
     raise_outcome(ctx, await search(ctx, strategy, body, examples=ctx.tuning.examples * 2))
 
 
-@case("ERR-1", tag="control", requires=("tokenize",))
+@case("ERR-1", tag="control", requires=("tokenize",), sends=("tokenize.no-input",))
 async def control_invalid(ctx: Ctx) -> None:
     """Tokenize without input and Detokenize with an id >= vocab_size are INVALID_ARGUMENT."""
     for what, outcome in (
@@ -72,7 +72,7 @@ async def control_invalid(ctx: Ctx) -> None:
         ctx.check.equal(f"{what}: status", Status.INVALID_ARGUMENT.name, outcome.code)
 
 
-@case("ERR-1", tag="embed", requires=("embed",))
+@case("ERR-1", tag="embed", requires=("embed",), sends=("embed.no-texts",))
 async def embed_invalid(ctx: Ctx) -> None:
     """Embed with no texts, or a text longer than max_input_tokens, is INVALID_ARGUMENT."""
     limit = ctx.info.embedding.max_input_tokens if ctx.info.embedding else 512
@@ -187,7 +187,7 @@ async def duplicate_in_flight(ctx: Ctx) -> None:
     )
 
 
-@case("REQ-3", tag="reuse-after-finish")
+@case("REQ-3", tag="reuse-after-finish", sends=("scenario.reuse-after-finish",))
 async def reuse_after_finish(ctx: Ctx) -> None:
     """Once a request's terminal message arrived, a Generate reusing its id is accepted at once."""
     rid = ctx.uid("reuse")

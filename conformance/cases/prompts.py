@@ -53,7 +53,12 @@ def _chat(content: str) -> ChatInput:
     return ChatInput(messages=[ChatMessage("user", content)])
 
 
-@case("REQ-8", tag="chat-content", requires=("tokenize", "chat_input"))
+@case(
+    "REQ-8",
+    tag="chat-content",
+    requires=("tokenize", "chat_input"),
+    sends=("scenario.special-string-in-chat",),
+)
 async def chat_content_is_text(ctx: Ctx) -> None:
     """A special-token string in a chat message's content never becomes a special token: the message
     cannot end its own turn. Generate and Tokenize agree."""
@@ -83,7 +88,16 @@ async def text_parses_special_strings(ctx: Ctx) -> None:
     )
 
 
-@case("REQ-8", tag="parse_special_tokens", requires=("tokenize", "chat_input", "special_token_parsing"))
+@case(
+    "REQ-8",
+    tag="parse_special_tokens",
+    requires=("tokenize", "chat_input", "special_token_parsing"),
+    sends=(
+        "generate.parse_special_tokens=true",
+        "generate.parse_special_tokens=false",
+        "tokenize.parse_special_tokens",
+    ),
+)
 async def parse_option_overrides(ctx: Ctx) -> None:
     """parse_special_tokens=true parses special-token strings in chat content too; false leaves them text
     in text input too."""
@@ -115,7 +129,12 @@ async def parse_option_overrides(ctx: Ctx) -> None:
     )
 
 
-@case("SAMPLE-8", tag="add_generation_prompt", requires=("tokenize", "chat_input"))
+@case(
+    "SAMPLE-8",
+    tag="add_generation_prompt",
+    requires=("tokenize", "chat_input"),
+    sends=("generate.chat.no-generation-prompt",),
+)
 async def generation_prompt_default(ctx: Ctx) -> None:
     """add_generation_prompt absent means true; false leaves the assistant prefix out, in Tokenize and in
     Generate alike."""
@@ -143,7 +162,7 @@ async def generation_prompt_default(ctx: Ctx) -> None:
     )
 
 
-@case("TOK-1", tag="unknown-role", requires=("tokenize", "chat_input"))
+@case("TOK-1", tag="unknown-role", requires=("tokenize", "chat_input"), sends=("generate.chat.unknown-role",))
 async def unknown_role(ctx: Ctx) -> None:
     """A chat with a role the template may not know: Generate and Tokenize agree (the same ids, or both
     INVALID_ARGUMENT), never UNKNOWN or INTERNAL."""

@@ -201,7 +201,7 @@ async def health_watch(ctx: Ctx) -> None:
         ctx.check.that(still_open, "Health.Watch('') after its first message", "still open", "closed")
 
 
-@case("HEALTH-1", tag="paused", requires=("admin",), exclusive=True)
+@case("HEALTH-1", tag="paused", requires=("admin",), exclusive=True, sends=("scenario.health-while-paused",))
 async def health_while_paused(ctx: Ctx) -> None:
     """A paused server accepts requests, so it is SERVING."""
     stub = HealthStub(ctx.session.target.channel)
@@ -241,7 +241,7 @@ async def load_counts_open_stream(ctx: Ctx) -> None:
     await ctx.cancel(stream)
 
 
-@case("LOAD-1", tag="waiting", requires=("admin",), exclusive=True)
+@case("LOAD-1", tag="waiting", requires=("admin",), exclusive=True, sends=("scenario.load-while-waiting",))
 async def load_counts_waiting(ctx: Ctx) -> None:
     """A request accepted while generation is paused (no tokens yet) is counted in active_requests."""
     baseline = await quiet_load(ctx)

@@ -12,6 +12,7 @@ from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import request
 from conformance.spec.registry import case
 from conformance.stream.record import OutputView, StreamRecord
+from conformance.validators.base import first_stop_match
 from lmrpc.v1 import ChatInput, ChatMessage, FinishReason, GenerateRequest, ResponseOptions, StopMatch
 
 DETERMINISTIC = "deterministic_greedy|seeded_sampling"
@@ -105,7 +106,12 @@ def pick_straddling_stop(text: str, starts: list[int]) -> tuple[str, int]:
     return pick_stop_string(text)
 
 
-@case("STOP-1", tag="stop-string", requires=("stop_strings", "tokenize", DETERMINISTIC))
+@case(
+    "STOP-1",
+    tag="stop-string",
+    requires=("stop_strings", "tokenize", DETERMINISTIC),
+    sends=("generate.stop_strings=1",),
+)
 async def stop_string_hidden(ctx: Ctx) -> None:
     """Text that could still become the stop string is held back: the output's text is exactly the text
     before the match, with no part of the stop string (include_stop_in_output unset)."""
@@ -117,7 +123,12 @@ async def stop_string_hidden(ctx: Ctx) -> None:
     )
 
 
-@case("STOP-1", tag="include", requires=("stop_strings", DETERMINISTIC))
+@case(
+    "STOP-1",
+    tag="include",
+    requires=("stop_strings", DETERMINISTIC),
+    sends=("generate.include_stop+stop_strings",),
+)
 async def stop_string_included(ctx: Ctx) -> None:
     """With include_stop_in_output the text ends with the matched stop string."""
     learned = await learn(ctx)
@@ -131,7 +142,15 @@ async def stop_string_included(ctx: Ctx) -> None:
     )
 
 
-@case("STOP-1", tag="stop-token", requires=("stop_token_ids", "tokenize", DETERMINISTIC))
+@case(
+    "STOP-1",
+    tag="stop-token",
+    requires=("stop_token_ids", "tokenize", DETERMINISTIC),
+    sends=(
+        "generate.skip_special_tokens=false",
+        "detokenize.skip_special_tokens=false",
+    ),
+)
 async def stop_token_hidden(ctx: Ctx) -> None:
     """The matched stop token's text is not in the output text; its id is (token ids are never removed)."""
     learned = await learn(ctx)
@@ -171,7 +190,7 @@ async def earliest_stop_string(ctx: Ctx) -> None:
     )
 
 
-@case("STOP-3", requires=("stop_token_ids", DETERMINISTIC))
+@case("STOP-3", requires=("stop_token_ids", DETERMINISTIC), sends=("generate.stop_token_ids",))
 async def stop_token_ends(ctx: Ctx) -> None:
     """The output ends at the first generated token that is a stop token."""
     learned = await learn(ctx)
@@ -278,7 +297,7 @@ async def stop_token_wins_over_eos(ctx: Ctx) -> None:
     )
 
 
-@case("STOP-5", requires=("stop_token_ids", DETERMINISTIC))
+@case("STOP-5", requires=("stop_token_ids", DETERMINISTIC), sends=("generate.min_tokens",))
 async def min_tokens_first(ctx: Ctx) -> None:
     """No stop condition ends an output before it has min_tokens tokens."""
     learned = await learn(ctx)
@@ -291,9 +310,15 @@ async def min_tokens_first(ctx: Ctx) -> None:
         f">= {minimum}",
         len(view.token_ids),
     )
+    ctx.check.that(  # suppressed, not merely ignored: it is never sampled before min_tokens
+        token not in view.token_ids[:minimum],
+        f"the first {minimum} tokens (min_tokens) of an output with stop token {token}",
+        f"without {token}",
+        view.token_ids[:minimum],
+    )
 
 
-@case("FINISH-6", tag="ignore_eos")
+@case("FINISH-6", tag="ignore_eos", sends=("generate.ignore_eos",))
 async def length_after_max_tokens(ctx: Ctx) -> None:
     """With ignore_eos and no stop conditions every output ends LENGTH after exactly max_tokens tokens."""
     n = min(ctx.info.caps.max_outputs, 2)
@@ -310,7 +335,9 @@ async def length_after_max_tokens(ctx: Ctx) -> None:
         )
 
 
-@case("STOP-2", tag="later-entry", requires=("stop_strings", DETERMINISTIC))
+@case(
+    "STOP-2", tag="later-entry", requires=("stop_strings", DETERMINISTIC), sends=("generate.stop_strings>1",)
+)
 async def later_stop_string(ctx: Ctx) -> None:
     """The stop string that matches may be any entry of the list, the last one included."""
     learned = await learn(ctx)
@@ -329,7 +356,12 @@ async def later_stop_string(ctx: Ctx) -> None:
     ctx.check.equal("text before the match", learned.text[:start], view.text)
 
 
-@case("STOP-5", tag="no-max-tokens", requires=("stop_token_ids", DETERMINISTIC))
+@case(
+    "STOP-5",
+    tag="no-max-tokens",
+    requires=("stop_token_ids", DETERMINISTIC),
+    sends=("generate.min_tokens-without-max_tokens",),
+)
 async def min_tokens_without_max_tokens(ctx: Ctx) -> None:
     """min_tokens holds also when max_tokens is absent (the default applies to max_tokens only)."""
     learned = await learn(ctx)
@@ -371,7 +403,12 @@ async def stop_inside_token(ctx: Ctx) -> None:
     ctx.check.equal("its token ids (the whole token included)", learned.token_ids[: k + 1], view.token_ids)
 
 
-@case("STOP-7", tag="stop-token", requires=("stop_token_ids", "tokenize", DETERMINISTIC))
+@case(
+    "STOP-7",
+    tag="stop-token",
+    requires=("stop_token_ids", "tokenize", DETERMINISTIC),
+    sends=("generate.include_stop+stop_token_ids",),
+)
 async def stop_token_included(ctx: Ctx) -> None:
     """With include_stop_in_output a stop token's text is in the output text, as Detokenize renders it."""
     learned = await learn(ctx)
@@ -381,7 +418,7 @@ async def stop_token_included(ctx: Ctx) -> None:
     ctx.check.equal(f"text of an output stopped by token {token}, included", want, view.text)
 
 
-@case("STOP-7", tag="eos", requires=("tokenize", DETERMINISTIC))
+@case("STOP-7", tag="eos", requires=("tokenize", DETERMINISTIC), sends=("generate.include_stop+eos",))
 async def eos_included(ctx: Ctx) -> None:
     """With include_stop_in_output an EOS token's text is included exactly as skip_special_tokens renders
     it: its text with skip_special_tokens=false, nothing with the default (true)."""
@@ -427,4 +464,31 @@ async def stop_beats_length(ctx: Ctx) -> None:
         (finish.reason.name, finish.stop.stop_token_id if finish.stop else None, finish.completion_tokens)
         if finish
         else None,
+    )
+
+
+@case(
+    "STOP-2",
+    tag="before-min-tokens",
+    requires=("stop_strings", "tokenize", DETERMINISTIC),
+    sends=("scenario.stop-before-min-tokens",),
+)
+async def stop_string_before_min_tokens(ctx: Ctx) -> None:
+    """A stop-string occurrence completed before the min_tokens-th token is ordinary text: the output
+    ends at the first occurrence completed later (or runs to max_tokens)."""
+    learned = await learn(ctx)
+    stop, start = pick_stop_string(learned.text)
+    starts = await token_starts(ctx, learned.token_ids)
+    completing = next((k for k, s in enumerate(starts) if s >= start + len(stop)), len(starts)) - 1
+    minimum = completing + 2  # the first occurrence is completed by token `completing` (0-based)
+    if minimum >= len(learned.token_ids):
+        raise CaseSkipped(f"the first {stop!r} is completed by the last learned token; nothing to compare")
+    _, view = await rerun(ctx, stop_strings=[stop], min_tokens=minimum, ignore_eos=True)
+    before_min = await ctx.detokenize(learned.token_ids[: minimum - 1])
+    match = first_stop_match(learned.text, (stop,), len(before_min))
+    want = learned.text[: match[0]] if match else learned.text
+    ctx.check.equal(
+        f"text of an output with stop {stop!r} first completed by token {completing} and min_tokens={minimum}",
+        want,
+        view.text,
     )

@@ -17,6 +17,11 @@ from conformance.stream.record import StreamRecord
 from conformance.validators import STREAM_CLAUSES, gather_facts, validate
 from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams
 
+POOL_SENDS = {  # what the pool's fixed sentinels send, declared on the clause that needs it
+    "STREAM-7": ("generate.return_logprobs", "generate.logprobs-without-token_ids"),
+    "STREAM-8": ("generate.final_only",),
+    "STREAM-10": ("generate.return_text=false", "generate.return_token_ids=false"),
+}
 POOL_REQUIRES = {
     "STREAM-4": ("tokenize",),
     "STREAM-7": ("logprobs",),
@@ -31,7 +36,7 @@ def _pool_case(clause: str) -> None:
 
     body.__doc__ = f"Every stream of the pool (generated requests, run concurrently) satisfies {clause}."
     body.__module__ = __name__
-    case(clause, requires=POOL_REQUIRES.get(clause, ()), budget=1.5)(body)
+    case(clause, requires=POOL_REQUIRES.get(clause, ()), budget=1.5, sends=POOL_SENDS.get(clause, ()))(body)
 
 
 for _clause in STREAM_CLAUSES:
@@ -151,7 +156,7 @@ async def no_cross_talk(ctx: Ctx) -> None:
         )
 
 
-@case("REQ-2", tag="server-assigned")
+@case("REQ-2", tag="server-assigned", sends=("generate.request_id=empty",))
 async def server_assigned_ids(ctx: Ctx) -> None:
     """Empty request ids: the server assigns one per request, unique among those in flight, on every message."""
     streams = [ctx.open(long_request(ctx, request_id="")) for _ in range(3)]

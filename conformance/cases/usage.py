@@ -9,11 +9,12 @@ import time
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import expect_rejected, ok, outputs_tokens
+from conformance.cases._helpers import abort, accepted, expect_rejected, first_delta, ok, outputs_tokens
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import request
 from conformance.spec.registry import Variant, case
+from conformance.stream.record import End
 from lmrpc.v1 import FlushCacheRequest, GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 
 TEXTS = (
@@ -77,8 +78,8 @@ _prefix_case("short", "Hi there")
 @case(
     "N-1",
     variants=[
-        Variant({"n": 2}, requires=("max_outputs>=2",)),
-        Variant({"n": 4}, requires=("max_outputs>=4",)),
+        Variant({"n": 2}, requires=("max_outputs>=2",), sends=("generate.n>1",)),
+        Variant({"n": 4}, requires=("max_outputs>=4",), sends=("generate.n>1",)),
     ],
 )
 async def n_outputs(ctx: Ctx) -> None:
@@ -177,7 +178,7 @@ def _window_request(ctx: Ctx, extra: int) -> GenerateRequest:
     )
 
 
-@case("REQ-6", tag="exact-fit", requires=("token_ids_input",))
+@case("REQ-6", tag="exact-fit", requires=("token_ids_input",), sends=("generate.token_ids",))
 async def window_exact_fit(ctx: Ctx) -> None:
     """A 4-token prompt with max_tokens = max_context_tokens - 4 fits exactly and is accepted."""
     if ctx.info.kv_tokens_total and ctx.info.kv_tokens_total < ctx.info.max_context:
@@ -204,3 +205,45 @@ async def window_one_over(ctx: Ctx) -> None:
         (Status.INVALID_ARGUMENT,),
         "one token over the window",
     )
+
+
+@case(
+    "REQ-7",
+    tag="waits-for-capacity",
+    requires=("token_ids_input", "max_outputs>=2"),
+    exclusive=True,
+    sends=("scenario.wait-for-capacity",),
+)
+async def waits_for_capacity(ctx: Ctx) -> None:
+    """Two requests that each need more than half of the KV cache: the second is accepted and waits (it
+    never fails for that reason), and runs once the first is aborted."""
+    total, window = ctx.info.kv_tokens_total, ctx.info.max_context
+    max_tokens = window - 8
+    n = math.ceil(0.6 * total / max_tokens) if total else 0
+    if not total or n > ctx.info.caps.max_outputs or 8 + n * max_tokens > total:
+        raise CaseSkipped(f"cannot size a request to 60% of {total} KV tokens with windows of {window}")
+
+    def big(tag: str) -> GenerateRequest:
+        prompt = [ctx.info.vocab_size - 10 - i for i in range(8)]
+        return GenerateRequest(
+            request_id=ctx.uid(tag),
+            token_ids=TokenIds(ids=prompt),
+            sampling=SamplingParams(n=n, temperature=0.0),
+            stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
+        )
+
+    first = ctx.open(big("first"))
+    await first_delta(ctx, first)
+    second = ctx.open(big("second"))
+    await accepted(ctx, second)
+    ctx.check.that(
+        second.record.end is End.OPEN,
+        f"a request needing {8 + n * max_tokens} of {total} KV tokens while another holds as much",
+        "accepted and waiting",
+        second.record.summary(),
+    )
+    await abort(ctx, first.record.request_id)
+    await first.finish(ctx.budgets.release_s)
+    await first_delta(ctx, second)  # it runs once the capacity is free
+    await abort(ctx, second.record.request_id)
+    await second.finish(ctx.budgets.release_s)

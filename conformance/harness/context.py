@@ -22,6 +22,7 @@ from grpclib.exceptions import GRPCError
 from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung, mismatch
 from conformance.harness.session import Budgets, Session, Tuning
 from conformance.harness.target import TargetInfo
+from conformance.spec.coverage import classes_sent
 from conformance.stream.live import LiveStream
 from conformance.stream.record import End, StreamRecord
 from lmrpc.v1 import (
@@ -114,6 +115,7 @@ class Ctx:
         self.params = params
         self.check = Checker()
         self.transcript: list[Call] = []
+        self.sent: set[str] = set()  # the input classes its calls belong to (spec/coverage.py)
         self.notes: list[str] = []
         self.loop = asyncio.get_running_loop()
         self._t0 = time.monotonic()
@@ -143,6 +145,7 @@ class Ctx:
     def _record(self, service: str, method: str, request: betterproto2.Message, **extra: Any) -> Call:
         call = Call(time.monotonic() - self._t0, service, method, request, **extra)
         self.transcript.append(call)
+        self.sent |= classes_sent(method, request)
         return call
 
     # ── Generate ─────────────────────────────────────────────

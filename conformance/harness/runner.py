@@ -85,7 +85,13 @@ async def run_case(session: Session, case: Case) -> CaseResult:
         verdict, mismatches = Verdict.FAIL, ctx.check.mismatches
         reason = mismatches[0].render()
     result = _result(
-        case, verdict, reason, duration_s=time.monotonic() - started, mismatches=mismatches, notes=ctx.notes
+        case,
+        verdict,
+        reason,
+        duration_s=time.monotonic() - started,
+        mismatches=mismatches,
+        notes=ctx.notes,
+        sent=sorted(ctx.sent),
     )
     if verdict is Verdict.FAIL:
         result.repro = ctx.repro or Repro(

@@ -39,6 +39,7 @@ CONCURRENCY = 8
 class PoolEntry:
     record: StreamRecord
     facts: Facts
+    sent: frozenset[str] = frozenset()  # the input classes of the whole pool
 
 
 def copy_request(request: GenerateRequest) -> GenerateRequest:
@@ -190,14 +191,18 @@ async def build_pool(session: Session) -> list[PoolEntry]:
         )
 
     try:
-        return list(await asyncio.gather(*(run(r) for r in requests)))
+        entries = list(await asyncio.gather(*(run(r) for r in requests)))
     finally:
         await ctx.close()
+    sent = frozenset(ctx.sent)
+    return [PoolEntry(e.record, e.facts, sent) for e in entries]
 
 
 async def check_on_pool(ctx: Ctx, clause: str) -> None:
     """Validate ``clause`` on every pooled stream; on a violation, search for a minimal failing request."""
     entries: list[PoolEntry] = await ctx.session.shared("pool", lambda: build_pool(ctx.session))
+    if entries:
+        ctx.sent |= entries[0].sent
     failures = [(e, found) for e in entries if (found := validate(e.record, e.facts, [clause]))]
     ctx.note(f"{len(entries)} pooled streams validated, {len(failures)} violate {clause}")
     if not failures:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.spec.coverage import CLASSES
 from conformance.spec.registry import all_cases, matches
 
 from .lanes import KNOWN_FAILURES, Lane, Outcome, _cases, run_harness
@@ -70,6 +71,18 @@ def test_reference_server_passes(lanes: list[Lane]) -> None:
     outcome = run_harness(lanes[0].server.target, REPORTS, "reference", time_scale=TIME_SCALE)
     assert outcome.failing == set(), _explain(outcome)
     assert outcome.exit_code == 0
+    assert not undelivered_sends(outcome), undelivered_sends(outcome)
+
+
+def undelivered_sends(outcome: Outcome) -> list[str]:
+    """Cases whose declared input classes (conformance list --coverage) their calls did not send."""
+    sent = {c["id"]: set(c.get("sent", [])) for c in _cases(outcome.report) if c["verdict"] == "PASS"}
+    problems = []
+    for case in all_cases():
+        declared = {s for s in case.sends if CLASSES[s].sent is not None}
+        if case.id in sent and not declared <= sent[case.id]:
+            problems.append(f"{case.id} declares {sorted(declared - sent[case.id])} but never sent them")
+    return problems
 
 
 def _run_lane(lane: Lane, mutants: list[type[Mutant]]) -> list[Outcome]:  # one lane, one mutant at a time

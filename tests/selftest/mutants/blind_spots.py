@@ -25,6 +25,7 @@ from lmrpc.v1 import (
     FinishReason,
     GenerateRequest,
     GenerateResponse,
+    GetLoadRequest,
     GetModelInfoRequest,
     OutputFinished,
     RequestIds,
@@ -521,7 +522,34 @@ class CancelTakesSamePrompt(Mutant):
             raise
 
 
+class CapacityWaitRefused(Mutant):
+    name = "capacity-wait-refused"
+    fault = "a token_ids request that would have to wait for KV capacity is refused RESOURCE_EXHAUSTED"
+    expected = frozenset({"REQ-7[waits-for-capacity]"})
+
+    async def _generate(self, stream: Stream[GenerateRequest, RawMessage]) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        need = _reservation(request)
+        if need:
+            load = (await self.control.get_load(GetLoadRequest())).current
+            held = sum(_reservation(c.request) for c in self.calls.values())
+            if load is not None and held + need > load.kv_tokens_total:
+                raise GRPCError(Status.RESOURCE_EXHAUSTED, "the KV cache is full")
+        await super()._generate(_Replayed(stream, request))
+
+
+def _reservation(request: GenerateRequest) -> int:
+    """prompt + n * max_tokens of a token_ids request (what the reference reserves), else 0."""
+    stopping, sampling = request.stopping, request.sampling
+    if request.token_ids is None or stopping is None or stopping.max_tokens is None:
+        return 0
+    n = (sampling.n if sampling is not None and sampling.n else None) or 1
+    return len(request.token_ids.ids) + n * stopping.max_tokens
+
+
 BLIND_SPOT_MUTANTS: tuple[type[Mutant], ...] = (
+    CapacityWaitRefused,
     StopPrefixLeaked,
     RankClaimsTop,
     LogprobsShortWithoutIds,

@@ -130,7 +130,19 @@ class SkipSpecialDefaultFalse(RequestRewrite):
             request.response.skip_special_tokens = False
 
 
+class StopStringsBeforeMinTokens(RequestRewrite):
+    name = "stop-strings-before-min-tokens"
+    fault = "min_tokens is dropped when the request has stop strings (a match before it ends the output)"
+    expected = frozenset({"STOP-2[before-min-tokens]"})
+    tolerated = frozenset({"STREAM-4", "USAGE-5"})  # when a pooled stream's stop string matches early
+
+    def edit(self, request: GenerateRequest) -> None:
+        if request.stopping is not None and request.stopping.stop_strings:
+            request.stopping.min_tokens = None
+
+
 REQUEST_MUTANTS: tuple[type[Mutant], ...] = (
+    StopStringsBeforeMinTokens,
     GenerationPromptIgnored,
     UnknownRoleRewritten,
     MinTokensNeedMaxTokens,
