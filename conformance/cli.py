@@ -147,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="list the cases: ID, clause, level, required capabilities")
     _selection(listing)
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.add_argument(
+        "--coverage",
+        action="store_true",
+        help="which cases send each input class and observe each MUST sentence; exit 1 on a gap",
+    )
 
     replay = commands.add_parser("replay", help="re-run the failed cases of a JSON report")
     replay.add_argument("report", help="a JSON report written by `conformance run --json`")

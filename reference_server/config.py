@@ -44,6 +44,7 @@ class Limits:
     max_outputs: int = 16
     max_top_logprobs: int = 20
     max_stop_strings: int = 16
+    max_stop_string_bytes: int = 256  # longer stop strings: INVALID_ARGUMENT (reported in ServerLimits)
     default_max_tokens: int = 256
     default_temperature: float = 1.0
     max_waiting_requests: int = 4096
@@ -58,8 +59,8 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name in (
-            "max_outputs", "max_stop_strings", "default_max_tokens", "max_waiting_requests", "max_message_bytes",
-            "max_abort_request_ids", "max_parked_tokens",
+            "max_outputs", "max_stop_strings", "max_stop_string_bytes", "default_max_tokens",
+            "max_waiting_requests", "max_message_bytes", "max_abort_request_ids", "max_parked_tokens",
         ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")

@@ -18,4 +18,5 @@ from conformance.cases import abort  # noqa: F401
 from conformance.cases import cancel  # noqa: F401
 from conformance.cases import admin  # noqa: F401
 from conformance.cases import flow  # noqa: F401
+from conformance.cases import prompts  # noqa: F401
 from conformance.cases import stateful  # noqa: F401

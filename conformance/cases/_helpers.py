@@ -10,6 +10,13 @@ from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseFailed, Mismatch
 from conformance.stream.live import LiveStream
 from conformance.stream.record import End, StreamRecord
+from lmrpc.v1 import (
+    AbortRequest,
+    AllRequests,
+    PauseGenerationRequest,
+    RequestIds,
+    ResumeGenerationRequest,
+)
 
 
 def ok(ctx: Ctx, record: StreamRecord, what: str = "the stream") -> StreamRecord:
@@ -65,3 +72,22 @@ async def accepted(ctx: Ctx, stream: LiveStream) -> None:
                 Mismatch("the request", "accepted (a first message)", stream.record.summary()),
             ]
         )
+
+
+async def abort(ctx: Ctx, *ids: str) -> list[tuple[str, str]]:
+    """Abort ``ids``; the outcomes exactly as sent, in order (duplicates are ABORT-1's business)."""
+    response = await ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=list(ids))))
+    return [(o.request_id, o.status.name) for o in response.outcomes]
+
+
+async def abort_all(ctx: Ctx) -> list[tuple[str, str]]:
+    response = await ctx.call(ctx.control.abort, AbortRequest(all=AllRequests()))
+    return [(o.request_id, o.status.name) for o in response.outcomes]
+
+
+async def paused(ctx: Ctx) -> None:
+    await ctx.call(ctx.control.pause_generation, PauseGenerationRequest())
+
+
+async def resumed(ctx: Ctx) -> None:
+    await ctx.call(ctx.control.resume_generation, ResumeGenerationRequest())

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from conformance.cases._helpers import first_delta, ok
-from conformance.cases.abort import abort
+from conformance.cases._helpers import abort, first_delta, ok
 from conformance.harness.context import Ctx
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
 from lmrpc.v1 import FlushCacheRequest, PauseGenerationRequest, ResumeGenerationRequest
 
 
-@case("LIFE-3", tag="pause", requires=("admin",), exclusive=True)
+@case("LIFE-3", tag="pause", requires=("admin",), exclusive=True, sends=("admin.pause",))
 async def pause_and_resume(ctx: Ctx) -> None:
     """While paused, new requests are accepted and wait and open streams stall; resume continues both."""
     running = ctx.open(long_request(ctx))
@@ -54,7 +53,7 @@ async def pause_and_resume(ctx: Ctx) -> None:
     await running.finish(ctx.budgets.release_s)
 
 
-@case("LIFE-3", tag="flush", requires=("admin",))
+@case("LIFE-3", tag="flush", requires=("admin",), sends=("admin.flush",))
 async def flush_is_harmless(ctx: Ctx) -> None:
     """FlushCache succeeds and never affects a running request."""
     req = request(ctx, "Once upon a time", temperature=0.0, max_tokens=ctx.tuning.max_tokens * 2)

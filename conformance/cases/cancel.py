@@ -7,14 +7,14 @@ import asyncio
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import first_delta, ok, outputs_tokens
-from conformance.cases.abort import abort
+from conformance.cases._helpers import abort, first_delta, ok, outputs_tokens
 from conformance.harness.context import Ctx
 from conformance.harness.load import expect_released, quiet_load
 from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
 from conformance.stream.record import End
+from lmrpc.v1 import FinishReason
 
 
 @case("ABORT-3", tag="abort", exclusive=True)
@@ -27,7 +27,7 @@ async def released_after_abort(ctx: Ctx) -> None:
     await expect_released(ctx, baseline, "an abort")  # the stream is left open: the abort alone must free it
 
 
-@case("CANCEL-1", tag="after-begin", exclusive=True)
+@case("CANCEL-1", tag="after-begin", exclusive=True, sends=("scenario.cancel-after-begin",))
 async def cancel_after_begin(ctx: Ctx) -> None:
     """The client resets the call right after sending it: the server releases the request."""
     baseline = await quiet_load(ctx)
@@ -37,7 +37,7 @@ async def cancel_after_begin(ctx: Ctx) -> None:
     await expect_released(ctx, baseline, "a cancel right after the call began")
 
 
-@case("CANCEL-1", tag="after-first-response", exclusive=True)
+@case("CANCEL-1", tag="after-first-response", exclusive=True, sends=("scenario.cancel-after-first-token",))
 async def cancel_after_first_response(ctx: Ctx) -> None:
     """The client resets the call after its first token: the server stops and releases the request."""
     baseline = await quiet_load(ctx)
@@ -47,14 +47,21 @@ async def cancel_after_first_response(ctx: Ctx) -> None:
     await expect_released(ctx, baseline, "a cancel after the first token")
 
 
-@case("CANCEL-2", tag="deadline", exclusive=True)
+@case("CANCEL-2", tag="deadline", exclusive=True, sends=("scenario.deadline",))
 async def deadline_expires(ctx: Ctx) -> None:
     """A deadline on a long generation: the client sees DEADLINE_EXCEEDED (or CANCELLED); the server releases it."""
     baseline = await quiet_load(ctx)
     deadline_s = 0.25 * ctx.budgets.scale
     stream = ctx.open(long_request(ctx), deadline_s=deadline_s)
     record = await stream.finish(ctx.budgets.stream_s)
-    if record.ended_ok and record.duration_s < deadline_s:
+    reasons = [v.finish.reason for v in record.outputs().values() if v.finish is not None]
+    if record.ended_ok and FinishReason.ABORTED in reasons:
+        ctx.check.add(  # the cause of an ABORTED finish must be an abort (FINISH-7), never the deadline
+            f"a {deadline_s:.1f}s deadline on a long generation",
+            "DEADLINE_EXCEEDED or CANCELLED (a deadline is not a finish reason)",
+            f"status OK with an ABORTED finish after {record.duration_s:.2f}s",
+        )
+    elif record.ended_ok and record.duration_s < deadline_s:
         raise CaseSkipped(
             f"the longest generation the window allows finished in {record.duration_s:.2f}s, "
             f"before a {deadline_s:.2f}s deadline could expire"
@@ -63,7 +70,7 @@ async def deadline_expires(ctx: Ctx) -> None:
         record.end is End.STATUS and record.status in (Status.DEADLINE_EXCEEDED, Status.CANCELLED)
     )
     ctx.check.that(
-        expired,
+        expired or FinishReason.ABORTED in reasons,  # an ABORTED finish is reported above
         f"a {deadline_s:.1f}s deadline on a long generation",
         "DEADLINE_EXCEEDED or CANCELLED",
         record.summary(),
@@ -95,3 +102,28 @@ async def others_unaffected(ctx: Ctx) -> None:
         outputs_tokens(record),
     )
     await victims[1].finish(ctx.budgets.release_s)
+
+
+@case(
+    "CANCEL-3",
+    tag="shared-prefix",
+    requires=("deterministic_greedy",),
+    sends=("scenario.cancel-twin-shares-prompt",),
+)
+async def shared_prompt_unaffected(ctx: Ctx) -> None:
+    """Cancelling a request never disturbs a request beside it with the same prompt (whose prefix-cache
+    entries it may share)."""
+    prompt = "The quick brown fox jumps over the lazy dog. " * 4
+    tokens = ctx.tuning.max_tokens * 2
+    solo = ok(ctx, await ctx.generate(request(ctx, prompt, temperature=0.0, max_tokens=tokens)))
+    victim = ctx.open(long_request(ctx, prompt))
+    await first_delta(ctx, victim)
+    bystander = ctx.open(request(ctx, prompt, temperature=0.0, max_tokens=tokens))
+    await first_delta(ctx, bystander)
+    await ctx.cancel(victim)
+    record = ok(ctx, await bystander.finish(ctx.budgets.stream_s), "the request beside the cancelled one")
+    ctx.check.equal(
+        "tokens of a request whose twin (same prompt) was cancelled",
+        outputs_tokens(solo),
+        outputs_tokens(record),
+    )

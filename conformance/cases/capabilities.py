@@ -10,9 +10,9 @@ from typing import Any
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import expect_rejected, ok, status_of
+from conformance.cases._helpers import abort, expect_rejected, ok, outputs_tokens, status_of
 from conformance.harness.context import Ctx, RpcOutcome
-from conformance.harness.outcome import Mismatch
+from conformance.harness.outcome import CaseSkipped, Mismatch
 from conformance.harness.requests import request
 from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import PROMPTS, prompt_texts
@@ -63,6 +63,10 @@ UNSUPPORTED_OPTION: dict[str, tuple[str, Mutate]] = {
     ),
     "logprobs": ("return_logprobs", lambda r: setattr(r, "response", ResponseOptions(return_logprobs=True))),
     "final_only": ("final_only", lambda r: setattr(r, "response", ResponseOptions(final_only=True))),
+    "special_token_parsing": (
+        "parse_special_tokens=true",
+        lambda r: setattr(r, "parse_special_tokens", True),
+    ),
 }
 
 
@@ -144,7 +148,15 @@ async def max_stop_strings_honoured(ctx: Ctx) -> None:
     )
 
 
-@case("TOK-1", tag="text", requires=("tokenize",))
+@case(
+    "TOK-1",
+    tag="text",
+    requires=("tokenize",),
+    sends=(
+        "generate.text",
+        "generate.return_prompt_token_ids",
+    ),
+)
 async def tokenize_matches_generate(ctx: Ctx) -> None:
     """Tokenize returns exactly the prompt ids Generate uses (PromptInfo.prompt_token_ids)."""
     for text in PROMPTS[:6]:
@@ -161,7 +173,15 @@ async def tokenize_matches_generate(ctx: Ctx) -> None:
         )
 
 
-@case("TOK-1", tag="chat", requires=("tokenize", "chat_input"))
+@case(
+    "TOK-1",
+    tag="chat",
+    requires=("tokenize", "chat_input"),
+    sends=(
+        "generate.chat",
+        "tokenize.chat",
+    ),
+)
 async def tokenize_chat_matches_generate(ctx: Ctx) -> None:
     """Tokenize(chat) returns exactly the prompt ids Generate(chat) uses."""
     chat = ChatInput(messages=[ChatMessage("system", "Be brief."), ChatMessage("user", "Hello!")])
@@ -184,7 +204,7 @@ async def tokenize_chat_matches_generate(ctx: Ctx) -> None:
     )
 
 
-@case("TOK-2", requires=("tokenize",))
+@case("TOK-2", requires=("tokenize",), sends=("tokenize.text",))
 async def round_trip(ctx: Ctx) -> None:
     """Detokenize(Tokenize(text)) gives the text back."""
 
@@ -196,9 +216,10 @@ async def round_trip(ctx: Ctx) -> None:
     raise_outcome(ctx, await search(ctx, prompt_texts(), body, examples=ctx.tuning.examples * 4))
 
 
-@case("EMBED-1", requires=("embed",))
+@case("EMBED-1", requires=("embed",), sends=("embed.texts>1",))
 async def embeddings_shape(ctx: Ctx) -> None:
-    """One embedding per text, in order, each of EmbeddingModelInfo.dimensions values; prompt_tokens > 0."""
+    """One embedding per text, in input order (the i-th is the vector the i-th text gets alone), each of
+    EmbeddingModelInfo.dimensions values; prompt_tokens > 0."""
     texts = ["Hello", "A longer sentence about conformance testing.", "日本語"]
     reply = await ctx.call(ctx.inference.embed, EmbedRequest(request_id=ctx.uid(), texts=texts))
     dims = ctx.info.embedding.dimensions if ctx.info.embedding else None
@@ -210,27 +231,115 @@ async def embeddings_shape(ctx: Ctx) -> None:
         "> 0",
         reply.usage,
     )
+    alone = [await _embed_one(ctx, text) for text in texts]
+    nearest = [_nearest(list(e.values), alone) for e in reply.embeddings]
+    ctx.check.equal("which text's own vector each embedding is closest to", list(range(len(texts))), nearest)
+
+
+async def _embed_one(ctx: Ctx, text: str) -> list[float]:
+    reply = await ctx.call(ctx.inference.embed, EmbedRequest(request_id=ctx.uid(), texts=[text]))
+    return list(reply.embeddings[0].values) if reply.embeddings else []
+
+
+def _nearest(vector: list[float], candidates: list[list[float]]) -> int:
+    return min(range(len(candidates)), key=lambda j: _max_diff(vector, candidates[j]))
+
+
+def _max_diff(a: list[float], b: list[float]) -> float:
+    if len(a) != len(b) or not a:
+        return math.inf
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
 @case("EMBED-2", requires=("embed",))
 async def embeddings_normalized(ctx: Ctx) -> None:
     """Every embedding has L2 norm 1 (within 1e-3); the same text always gives the same vector (within 1e-5)."""
-    texts = ["Hello", "conformance", "Hello"]
-    first, second = await asyncio.gather(
-        *(
-            ctx.call(ctx.inference.embed, EmbedRequest(request_id=ctx.uid(), texts=t))
-            for t in (texts, texts[:1])
-        )
+    hello, other, again = [await _embed_one(ctx, t) for t in ("Hello", "conformance", "Hello")]
+    for label, values in (("'Hello'", hello), ("'conformance'", other)):
+        norm = math.sqrt(sum(v * v for v in values))
+        ctx.check.that(abs(norm - 1) <= 1e-3, f"L2 norm of the embedding of {label}", "1 +- 1e-3", norm)
+    ctx.check.that(
+        _max_diff(hello, again) <= 1e-5,
+        "'Hello' embedded again",
+        "the same vector (max diff <= 1e-5)",
+        _max_diff(hello, again),
     )
-    for i, emb in enumerate(first.embeddings):
-        norm = math.sqrt(sum(v * v for v in emb.values))
-        ctx.check.that(abs(norm - 1) <= 1e-3, f"L2 norm of embedding {i}", "1 +- 1e-3", norm)
-    vectors = [first.embeddings[0].values, first.embeddings[2].values, second.embeddings[0].values]
-    for j, other in enumerate(vectors[1:], 1):
-        diff = max((abs(a - b) for a, b in zip(vectors[0], other, strict=False)), default=math.inf)
+
+
+@case(
+    "EMBED-3",
+    requires=("embed",),
+    sends=(
+        "embed.request_id=empty",
+        "embed.request_id-malformed",
+    ),
+)
+async def embed_request_ids(ctx: Ctx) -> None:
+    """Embed echoes the request_id, assigns a non-empty one when it is empty, and rejects a malformed one."""
+    rid = ctx.uid("embed")
+    given = await ctx.call(ctx.inference.embed, EmbedRequest(request_id=rid, texts=["Hi"]))
+    ctx.check.equal("EmbedResponse.request_id", rid, given.request_id)
+    assigned = await ctx.call(ctx.inference.embed, EmbedRequest(texts=["Hi"]))
+    ctx.check.that(bool(assigned.request_id), "EmbedResponse.request_id for an empty one", "non-empty", "''")
+    bad = await ctx.call_status(ctx.inference.embed, EmbedRequest(request_id=rid + " !", texts=["Hi"]))
+    ctx.check.equal(f"Embed with request_id={rid + ' !'!r}", Status.INVALID_ARGUMENT.name, bad.code)
+    twins = await asyncio.gather(
+        *(ctx.call_status(ctx.inference.embed, EmbedRequest(request_id=rid, texts=["Hi"])) for _ in range(2))
+    )
+    ctx.check.equal(
+        "two concurrent Embeds with one request_id (not Generate ids)", ["OK", "OK"], [t.code for t in twins]
+    )
+    ctx.check.equal("Abort of an Embed request_id", [(rid, "NOT_IN_FLIGHT")], await abort(ctx, rid))
+
+
+PENALTIES = {"frequency_penalty": 2.0, "presence_penalty": 2.0, "repetition_penalty": 10.0}  # SAMPLE-5 limits
+
+
+@case(
+    "CAP-2",
+    tag="penalties",
+    requires=("penalties", "deterministic_greedy"),
+    sends=(
+        "generate.frequency_penalty",
+        "generate.presence_penalty",
+        "generate.repetition_penalty",
+    ),
+)
+async def penalties_take_effect(ctx: Ctx) -> None:
+    """Each penalty, at its strongest, changes the greedy continuation of a repetitive prompt."""
+    prompt = "the the the the the the the the the the the the"
+    plain = ok(ctx, await ctx.generate(request(ctx, prompt, temperature=0.0, ignore_eos=True)))
+    for name, value in PENALTIES.items():
+        req = request(ctx, prompt, ignore_eos=True)
+        req.sampling = SamplingParams(temperature=0.0, **{name: value})  # type: ignore[arg-type]
+        penalized = ok(ctx, await ctx.generate(req), f"a greedy request with {name}")
         ctx.check.that(
-            diff <= 1e-5 and len(other) == len(vectors[0]),
-            f"'Hello' embedded again (#{j})",
-            "the same vector (max diff <= 1e-5)",
-            diff,
+            outputs_tokens(penalized) != outputs_tokens(plain),
+            f"greedy tokens with {name} at its limit",
+            "different from the unpenalized ones",
+            outputs_tokens(penalized),
         )
+
+
+@case("CAP-5", tag="max_stop_string_bytes", requires=("stop_strings",))
+async def stop_string_limit(ctx: Ctx) -> None:
+    """A stop string of exactly limits.max_stop_string_bytes bytes is accepted; one byte more is
+    INVALID_ARGUMENT."""
+    limits = ctx.info.server.limits
+    limit = limits.max_stop_string_bytes if limits else 0
+    if not limit:
+        raise CaseSkipped("the server reports no stop-string length limit")
+    fits = "\u00e9" * (limit // 2) + "x" * (limit % 2)  # two-byte characters: bytes, not characters, count
+    accepted = await ctx.generate(request(ctx, max_tokens=1, stop_strings=[fits]))
+    ctx.check.that(
+        accepted.ended_ok and accepted.error is None,
+        f"a stop string of {len(fits.encode())} bytes (the limit)",
+        "accepted, status OK",
+        status_of(accepted),
+    )
+    expect_rejected(
+        ctx,
+        await ctx.generate(request(ctx, max_tokens=1, stop_strings=[fits + "x"])),
+        (Status.INVALID_ARGUMENT,),
+        f"a stop string of {limit + 1} bytes",
+    )

@@ -19,7 +19,7 @@ from conformance.spec.registry import case
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria
 
 
-@case("SAMPLE-1", tag="temperature=0", requires=("deterministic_greedy",))
+@case("SAMPLE-1", tag="temperature=0", requires=("deterministic_greedy",), sends=("generate.temperature=0",))
 async def explicit_zero_is_greedy(ctx: Ctx) -> None:
     """temperature=0 is greedy (never read as "unset"): different seeds give the same tokens."""
     seeds = (1, 2) if ctx.info.has("seeded_sampling") else (None, None)
@@ -47,7 +47,17 @@ async def n_absent_is_one(ctx: Ctx) -> None:
     ctx.check.equal("output indices without n", [0], list(record.outputs()))
 
 
-@case("SAMPLE-1", tag="defaults", requires=("seeded_sampling",))
+@case(
+    "SAMPLE-1",
+    tag="defaults",
+    requires=("seeded_sampling",),
+    sends=(
+        "generate.temperature=absent",
+        "generate.top_p",
+        "generate.top_k",
+        "generate.min_p",
+    ),
+)
 async def absent_equals_defaults(ctx: Ctx) -> None:
     """Absent options behave exactly like ModelInfo.defaults sent explicitly (same seed, same tokens)."""
     d = ctx.info.model.defaults
@@ -130,7 +140,7 @@ async def greedy_outputs_identical(ctx: Ctx) -> None:
     )
 
 
-@case("SAMPLE-3", tag="per-output", requires=("seeded_sampling", "max_outputs>=3"))
+@case("SAMPLE-3", tag="per-output", requires=("seeded_sampling", "max_outputs>=3"), sends=("generate.seed",))
 async def output_streams_per_index(ctx: Ctx) -> None:
     """Output i samples from (seed, i): outputs 0 and 1 of n=3 equal those of n=2 with the same seed."""
     runs = await asyncio.gather(
@@ -156,7 +166,7 @@ async def picked_seed_reproduces(ctx: Ctx) -> None:
     )
 
 
-@case("SAMPLE-6", requires=("seeded_sampling", "max_outputs>=2"))
+@case("SAMPLE-6", requires=("seeded_sampling", "max_outputs>=2"), sends=("generate.temperature>0",))
 async def seeded_outputs_differ(ctx: Ctx) -> None:
     """With temperature > 0 and a seed the n outputs differ from each other."""
     n = min(ctx.info.caps.max_outputs, 4)
@@ -192,3 +202,23 @@ async def top_k_one_is_greedy(ctx: Ctx) -> None:
     top1.sampling.top_k = 1
     a, b = (ok(ctx, r) for r in await asyncio.gather(ctx.generate(greedy), ctx.generate(top1)))
     ctx.check.equal("tokens of top_k=1 at temperature 1.5 vs greedy", outputs_tokens(a), outputs_tokens(b))
+
+
+@case("SAMPLE-1", tag="max_tokens-default", sends=("generate.max_tokens=absent",))
+async def max_tokens_default(ctx: Ctx) -> None:
+    """Without max_tokens (and with ignore_eos) an output has exactly ModelInfo.defaults.max_tokens tokens."""
+    defaults = ctx.info.model.defaults
+    if defaults is None or not defaults.max_tokens:
+        ctx.check.fail("ModelInfo.defaults.max_tokens", "present", None)
+        return
+    req = request(ctx, "Once upon a time", temperature=0.0, ignore_eos=True)
+    assert req.stopping is not None
+    req.stopping.max_tokens = None
+    record = ok(ctx, await ctx.generate(req, total_s=4 * ctx.budgets.stream_s))
+    for view in record.outputs().values():
+        finish = view.finish
+        ctx.check.equal(
+            f"output {view.index}: (finish, completion_tokens) without max_tokens",
+            ("LENGTH", defaults.max_tokens),
+            (finish.reason.name, finish.completion_tokens) if finish else None,
+        )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import math
 
 from google.protobuf import descriptor_pb2
 from grpclib.const import Status
-from grpclib.exceptions import GRPCError
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from grpclib.reflection.v1 import reflection_grpc as refl_v1
@@ -15,7 +15,7 @@ from grpclib.reflection.v1 import reflection_pb2 as refl_v1_pb2
 from grpclib.reflection.v1alpha import reflection_grpc as refl_v1alpha
 from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
 
-from conformance.cases._helpers import first_delta, ok
+from conformance.cases._helpers import abort, accepted, first_delta, ok, paused, resumed
 from conformance.harness.context import Ctx
 from conformance.harness.load import load_counts, quiet_load
 from conformance.harness.requests import long_request, request
@@ -174,18 +174,45 @@ async def health_per_service(ctx: Ctx) -> None:
 
 @case("HEALTH-2", tag="watch")
 async def health_watch(ctx: Ctx) -> None:
-    """Watch streams the current status (SERVING) first."""
+    """Watch streams the current status (SERVING) first, then stays open for the next transition."""
     stub = HealthStub(ctx.session.target.channel)
-    with contextlib.suppress(TimeoutError):
+    first: HealthCheckResponse | None = None
+    still_open = False
+    try:
         async with stub.Watch.open(timeout=ctx.budgets.rpc_s) as stream:
             await stream.send_message(HealthCheckRequest(service=""), end=True)
             first = await stream.recv_message()
-            ctx.check.equal(
-                "first Health.Watch('') message",
-                "SERVING",
-                HealthCheckResponse.ServingStatus.Name(first.status) if first else "no message",
-            )
+            if first is not None:
+                try:
+                    ended = await asyncio.wait_for(stream.recv_message(), 0.5 * ctx.budgets.scale) is None
+                    still_open = not ended
+                except TimeoutError:
+                    still_open = True  # no transition while it ran, and not closed: as it should be
             await stream.cancel()
+    except (GRPCError, StreamTerminatedError, ProtocolError) as exc:
+        ctx.check.add("Health.Watch('')", "an open stream", f"{type(exc).__name__}: {exc}")
+        return
+    ctx.check.equal(
+        "first Health.Watch('') message",
+        "SERVING",
+        HealthCheckResponse.ServingStatus.Name(first.status) if first else "no message",
+    )
+    if first is not None:
+        ctx.check.that(still_open, "Health.Watch('') after its first message", "still open", "closed")
+
+
+@case("HEALTH-1", tag="paused", requires=("admin",), exclusive=True, sends=("scenario.health-while-paused",))
+async def health_while_paused(ctx: Ctx) -> None:
+    """A paused server accepts requests, so it is SERVING."""
+    stub = HealthStub(ctx.session.target.channel)
+    await paused(ctx)
+    try:
+        reply = await stub.Check(HealthCheckRequest(service=""), timeout=ctx.budgets.rpc_s)
+    finally:
+        await resumed(ctx)
+    ctx.check.equal(
+        "Health.Check('') while paused", "SERVING", HealthCheckResponse.ServingStatus.Name(reply.status)
+    )
 
 
 @case("LOAD-1", tag="idle", exclusive=True)
@@ -212,3 +239,24 @@ async def load_counts_open_stream(ctx: Ctx) -> None:
         load.active_requests,
     )
     await ctx.cancel(stream)
+
+
+@case("LOAD-1", tag="waiting", requires=("admin",), exclusive=True, sends=("scenario.load-while-waiting",))
+async def load_counts_waiting(ctx: Ctx) -> None:
+    """A request accepted while generation is paused (no tokens yet) is counted in active_requests."""
+    baseline = await quiet_load(ctx)
+    await paused(ctx)
+    try:
+        stream = ctx.open(long_request(ctx))
+        await accepted(ctx, stream)
+        load = await ctx.load()
+    finally:
+        await resumed(ctx)
+    ctx.check.that(
+        load.active_requests >= baseline.active_requests + 1,
+        "Load.active_requests with a request waiting (accepted, no tokens)",
+        f">= {baseline.active_requests + 1}",
+        load.active_requests,
+    )
+    await abort(ctx, stream.record.request_id)
+    await stream.finish(ctx.budgets.release_s)

@@ -9,12 +9,13 @@ import time
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import expect_rejected, ok, outputs_tokens
+from conformance.cases._helpers import abort, accepted, expect_rejected, first_delta, ok, outputs_tokens
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import request
 from conformance.spec.registry import Variant, case
-from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
+from conformance.stream.record import End
+from lmrpc.v1 import FlushCacheRequest, GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 
 TEXTS = (
     "Hello",
@@ -77,8 +78,8 @@ _prefix_case("short", "Hi there")
 @case(
     "N-1",
     variants=[
-        Variant({"n": 2}, requires=("max_outputs>=2",)),
-        Variant({"n": 4}, requires=("max_outputs>=4",)),
+        Variant({"n": 2}, requires=("max_outputs>=2",), sends=("generate.n>1",)),
+        Variant({"n": 4}, requires=("max_outputs>=4",), sends=("generate.n>1",)),
     ],
 )
 async def n_outputs(ctx: Ctx) -> None:
@@ -153,3 +154,96 @@ async def never_fits(ctx: Ctx) -> None:
     expect_rejected(
         ctx, await ctx.generate(req), (Status.RESOURCE_EXHAUSTED,), f"n={n} outputs of {window} tokens"
     )
+
+
+@case("USAGE-7", tag="after-flush", requires=("admin", "prefix_cache"), exclusive=True)
+async def cold_prompt_uncached(ctx: Ctx) -> None:
+    """The first request after FlushCache (nothing in flight) reports cached_prompt_tokens = 0."""
+    await ctx.call(ctx.control.flush_cache, FlushCacheRequest())
+    record = ok(ctx, await ctx.generate(request(ctx, LONG_PROMPT, temperature=0.0, max_tokens=2)))
+    usage = record.usage
+    ctx.check.equal(
+        "Usage.cached_prompt_tokens of the first prompt after FlushCache",
+        0,
+        usage.cached_prompt_tokens if usage else None,
+    )
+
+
+def _window_request(ctx: Ctx, extra: int) -> GenerateRequest:
+    prompt = [ctx.info.vocab_size - 1 - i for i in range(4)]
+    return GenerateRequest(
+        request_id=ctx.uid(),
+        token_ids=TokenIds(ids=prompt),
+        stopping=StoppingCriteria(max_tokens=ctx.info.max_context - len(prompt) + extra, ignore_eos=True),
+    )
+
+
+@case("REQ-6", tag="exact-fit", requires=("token_ids_input",), sends=("generate.token_ids",))
+async def window_exact_fit(ctx: Ctx) -> None:
+    """A 4-token prompt with max_tokens = max_context_tokens - 4 fits exactly and is accepted."""
+    if ctx.info.kv_tokens_total and ctx.info.kv_tokens_total < ctx.info.max_context:
+        raise CaseSkipped(
+            f"a whole window ({ctx.info.max_context}) exceeds the KV cache ({ctx.info.kv_tokens_total})"
+        )
+    stream = ctx.open(_window_request(ctx, 0))
+    event = await stream.next(ctx.budgets.prompt_s)
+    ctx.check.that(
+        event is not None and event.kind == "prompt_info",
+        "a request that fills the context window exactly",
+        "accepted (a PromptInfo)",
+        stream.record.summary(),
+    )
+    await ctx.cancel(stream)
+
+
+@case("REQ-6", tag="one-over", requires=("token_ids_input",))
+async def window_one_over(ctx: Ctx) -> None:
+    """A 4-token prompt with max_tokens = max_context_tokens - 3 is INVALID_ARGUMENT."""
+    expect_rejected(
+        ctx,
+        await ctx.generate(_window_request(ctx, 1)),
+        (Status.INVALID_ARGUMENT,),
+        "one token over the window",
+    )
+
+
+@case(
+    "REQ-7",
+    tag="waits-for-capacity",
+    requires=("token_ids_input", "max_outputs>=2"),
+    exclusive=True,
+    sends=("scenario.wait-for-capacity",),
+)
+async def waits_for_capacity(ctx: Ctx) -> None:
+    """Two requests that each need more than half of the KV cache: the second is accepted and waits (it
+    never fails for that reason), and runs once the first is aborted."""
+    total, window = ctx.info.kv_tokens_total, ctx.info.max_context
+    max_tokens = window - 8
+    n = math.ceil(0.6 * total / max_tokens) if total else 0
+    if not total or n > ctx.info.caps.max_outputs or 8 + n * max_tokens > total:
+        raise CaseSkipped(f"cannot size a request to 60% of {total} KV tokens with windows of {window}")
+
+    def big(tag: str) -> GenerateRequest:
+        prompt = [ctx.info.vocab_size - 10 - i for i in range(8)]
+        return GenerateRequest(
+            request_id=ctx.uid(tag),
+            token_ids=TokenIds(ids=prompt),
+            sampling=SamplingParams(n=n, temperature=0.0),
+            stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
+        )
+
+    first = ctx.open(big("first"))
+    await first_delta(ctx, first)
+    second = ctx.open(big("second"))
+    await accepted(ctx, second)
+    ctx.check.that(
+        second.record.end is End.OPEN,
+        f"a request needing {8 + n * max_tokens} of {total} KV tokens while another holds as much",
+        "accepted and waiting",
+        second.record.summary(),
+    )
+    await abort(ctx, first.record.request_id)
+    await first.finish(ctx.budgets.release_s)
+    await first_delta(ctx, second)  # it runs once the capacity is free
+    await abort(ctx, second.record.request_id)
+    await second.finish(ctx.budgets.release_s)

@@ -22,6 +22,7 @@ from grpclib.exceptions import GRPCError
 from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung, mismatch
 from conformance.harness.session import Budgets, Session, Tuning
 from conformance.harness.target import TargetInfo
+from conformance.spec.coverage import classes_sent
 from conformance.stream.live import LiveStream, RawMessage
 from conformance.stream.record import End, StreamRecord
 from lmrpc.v1 import (
@@ -132,6 +133,7 @@ class Ctx:
         self.params = params
         self.check = Checker()
         self.transcript: list[Call] = []
+        self.sent: set[str] = set()  # the input classes its calls belong to (spec/coverage.py)
         self.notes: list[str] = []
         self.loop = asyncio.get_running_loop()
         self._t0 = time.monotonic()
@@ -161,6 +163,7 @@ class Ctx:
     def _record(self, service: str, method: str, request: betterproto2.Message, **extra: Any) -> Call:
         call = Call(time.monotonic() - self._t0, service, method, request, **extra)
         self.transcript.append(call)
+        self.sent |= classes_sent(method, request)
         return call
 
     # ── Generate ─────────────────────────────────────────────
@@ -255,8 +258,9 @@ class Ctx:
         response = await self.call(self.control.get_load, GetLoadRequest())
         return response.current or Load()
 
-    async def tokenize(self, text: str) -> list[int]:
-        return list((await self.call(self.control.tokenize, TokenizeRequest(text=text))).token_ids)
+    async def tokenize(self, text: str, *, parse_special_tokens: bool | None = None) -> list[int]:
+        request = TokenizeRequest(text=text, parse_special_tokens=parse_special_tokens)
+        return list((await self.call(self.control.tokenize, request)).token_ids)
 
     async def detokenize(self, ids: list[int], skip_special_tokens: bool | None = None) -> str:
         request = DetokenizeRequest(token_ids=ids, skip_special_tokens=skip_special_tokens)

@@ -28,15 +28,20 @@ async def quiet_load(ctx: Ctx) -> Load:
     return load
 
 
-async def expect_released(ctx: Ctx, baseline: Load, what: str) -> bool:
-    """ABORT-3: the load returns to (at most) its baseline within the release budget."""
+async def released(ctx: Ctx, baseline: Load) -> tuple[bool, Load]:
+    """Wait (within the release budget) until GetLoad is back at (at most) ``baseline``."""
     base = load_counts(baseline)
-    released, load = await ctx.wait_for(
+    return await ctx.wait_for(
         ctx.load, lambda lo: all(v <= base[k] for k, v in load_counts(lo).items()), ctx.budgets.release_s
     )
+
+
+async def expect_released(ctx: Ctx, baseline: Load, what: str) -> bool:
+    """ABORT-3: the load returns to (at most) its baseline within the release budget."""
+    ok, load = await released(ctx, baseline)
     return ctx.check.that(
-        released,
+        ok,
         f"GetLoad {ctx.budgets.release_s:.1f}s after {what}",
-        f"back to the baseline {base}",
+        f"back to the baseline {load_counts(baseline)}",
         load_counts(load),
     )

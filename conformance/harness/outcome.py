@@ -81,6 +81,7 @@ class CaseResult:
     repro: Repro | None = None
     notes: list[str] = field(default_factory=list)
     baseline_reason: str = ""  # for XFAIL: the baseline entry's reason
+    sent: list[str] = field(default_factory=list)  # input classes the case's calls belonged to
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -94,6 +95,7 @@ class CaseResult:
             "repro": self.repro.to_json() if self.repro else None,
             "notes": self.notes,
             "baseline_reason": self.baseline_reason,
+            "sent": self.sent,
         }
 
 

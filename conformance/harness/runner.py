@@ -85,7 +85,13 @@ async def run_case(session: Session, case: Case) -> CaseResult:
         verdict, mismatches = Verdict.FAIL, ctx.check.mismatches
         reason = mismatches[0].render()
     result = _result(
-        case, verdict, reason, duration_s=time.monotonic() - started, mismatches=mismatches, notes=ctx.notes
+        case,
+        verdict,
+        reason,
+        duration_s=time.monotonic() - started,
+        mismatches=mismatches,
+        notes=ctx.notes,
+        sent=sorted(ctx.sent),
     )
     if verdict is Verdict.FAIL:
         result.repro = ctx.repro or Repro(
@@ -136,7 +142,11 @@ async def run_all(
 
     async def one(case: Case) -> CaseResult:
         progress.on_start(case)
-        result = await run_case(session, case)
+        try:
+            result = await run_case(session, case)
+        except Exception as exc:  # outside the case body: the harness broke, never a silent NOT-RUN
+            result = _result(case, Verdict.ERROR, f"harness error: {type(exc).__name__}: {exc}")
+            result.notes.append(traceback.format_exc())
         results[case.id] = result
         progress.on_result(result)
         if result.verdict.is_failure and not down:

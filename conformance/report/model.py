@@ -63,7 +63,7 @@ def failure_text(result: CaseResult) -> str:
 
 
 def badge(report: RunReport) -> str:
-    """``lmrpc conformance r1: MUST 58/58 PASS, SHOULD 9/10`` (skipped and not-run cases excluded)."""
+    """``lmrpc conformance r2: MUST 58/58 PASS, SHOULD 9/10`` (skipped and not-run cases excluded)."""
     parts = []
     for level in ("MUST", "SHOULD"):
         counts = report.counts(level)

@@ -35,6 +35,7 @@ class Invalid:
     codes: tuple[Status, ...] = (IA,)
     requires: tuple[str, ...] = ()
     value: str = ""  # must also appear in the status message, when set
+    sends: tuple[str, ...] = ()  # input classes (spec/coverage.py) only this entry sends
 
 
 def _text(
@@ -142,6 +143,14 @@ INVALID: tuple[Invalid, ...] = (
             ),
         ),
         requires=("logprobs",),
+    ),
+    Invalid(
+        "top_logprobs-without-return_logprobs",
+        "SAMPLE-5",
+        "top_logprobs",
+        _response(return_logprobs=False, top_logprobs=1),
+        requires=("logprobs",),
+        sends=("generate.top_logprobs-without-return_logprobs",),
     ),
     Invalid(
         "stop_string=empty",

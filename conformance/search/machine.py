@@ -187,8 +187,8 @@ def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBas
             records = dict(zip(self.streams, ctx.block(finish_all(), ctx.budgets.stream_s * 2), strict=True))
             self.steps.append("teardown()")
             stats["steps"] += len(self.steps)
-            facts = Facts(info)
             for rid, record in records.items():
+                facts = Facts(info, aborted=rid in self.aborted or rid in self.cancelled)
                 if rid in self.cancelled and record.end in (End.CANCELLED, End.DEADLINE):
                     continue
                 for clause, validators in (

@@ -39,6 +39,7 @@ CONCURRENCY = 8
 class PoolEntry:
     record: StreamRecord
     facts: Facts
+    sent: frozenset[str] = frozenset()  # the input classes of the whole pool
 
 
 def copy_request(request: GenerateRequest) -> GenerateRequest:
@@ -93,6 +94,18 @@ def sentinels(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
                 response=ResponseOptions(return_logprobs=True, top_logprobs=info.caps.max_top_logprobs),
             )
         )
+        out.append(  # one logprob per token must hold when the ids are not sent too (STREAM-7)
+            GenerateRequest(
+                text="Once upon a time",
+                sampling=SamplingParams(temperature=1.0),
+                stopping=StoppingCriteria(max_tokens=max_tokens),
+                response=ResponseOptions(
+                    return_logprobs=True,
+                    top_logprobs=min(info.caps.max_top_logprobs, 2),
+                    return_token_ids=False,
+                ),
+            )
+        )
     if info.has("stop_strings"):
         for include in (False, True):
             out.append(
@@ -101,6 +114,18 @@ def sentinels(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
                     sampling=SamplingParams(temperature=0.0),
                     stopping=StoppingCriteria(
                         max_tokens=max_tokens, stop_strings=[" ", "e"], include_stop_in_output=include
+                    ),
+                )
+            )
+            out.append(  # longer stop strings, a later entry matching, min_tokens (STOP-1, STOP-2, STOP-5)
+                GenerateRequest(
+                    text="Once upon a time",
+                    sampling=SamplingParams(temperature=0.0),
+                    stopping=StoppingCriteria(
+                        max_tokens=max_tokens,
+                        min_tokens=2,
+                        stop_strings=["\u2603\u2603", " upon", ", ", " the"][: info.caps.max_stop_strings],
+                        include_stop_in_output=include,
                     ),
                 )
             )
@@ -116,6 +141,15 @@ def sentinels(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
         out.append(
             GenerateRequest(
                 chat=ChatInput(messages=[ChatMessage(role="user", content="Say hi.")]),
+                stopping=StoppingCriteria(max_tokens=max_tokens),
+                response=ResponseOptions(return_prompt_token_ids=True),
+            )
+        )
+        out.append(
+            GenerateRequest(
+                chat=ChatInput(
+                    messages=[ChatMessage(role="user", content="Say hi.")], add_generation_prompt=False
+                ),
                 stopping=StoppingCriteria(max_tokens=max_tokens),
                 response=ResponseOptions(return_prompt_token_ids=True),
             )
@@ -157,14 +191,18 @@ async def build_pool(session: Session) -> list[PoolEntry]:
         )
 
     try:
-        return list(await asyncio.gather(*(run(r) for r in requests)))
+        entries = list(await asyncio.gather(*(run(r) for r in requests)))
     finally:
         await ctx.close()
+    sent = frozenset(ctx.sent)
+    return [PoolEntry(e.record, e.facts, sent) for e in entries]
 
 
 async def check_on_pool(ctx: Ctx, clause: str) -> None:
     """Validate ``clause`` on every pooled stream; on a violation, search for a minimal failing request."""
     entries: list[PoolEntry] = await ctx.session.shared("pool", lambda: build_pool(ctx.session))
+    if entries:
+        ctx.sent |= entries[0].sent
     failures = [(e, found) for e in entries if (found := validate(e.record, e.facts, [clause]))]
     ctx.note(f"{len(entries)} pooled streams validated, {len(failures)} violate {clause}")
     if not failures:

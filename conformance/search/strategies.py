@@ -69,7 +69,11 @@ def inputs(info: TargetInfo) -> st.SearchStrategy[dict[str, object]]:
         choices.append(st.builds(lambda i: {"token_ids": TokenIds(ids=i)}, ids))
     if info.has("chat_input"):
         message = st.builds(ChatMessage, role=st.just("user"), content=prompt_texts())
-        chat = st.builds(ChatInput, messages=st.lists(message, min_size=1, max_size=2))
+        chat = st.builds(
+            ChatInput,
+            messages=st.lists(message, min_size=1, max_size=2),
+            add_generation_prompt=st.sampled_from([None, True, False]),
+        )
         choices.append(st.builds(lambda c: {"chat": c}, chat))
     if not choices:
         raise ValueError("the target advertises no input kind (text, token_ids or chat)")

@@ -44,6 +44,7 @@ class Clause:
 UNCHECKED: dict[str, str] = {
     "VER-1": "static wire-compatibility rule, checked by `buf breaking`, not at run time",
     "STREAM-9": "a rule for clients",
+    "CAP-4": "a rule for clients",
     "N-3": "server-internal",
     "LIFE-1": "needs control of the server process (SIGTERM)",
     "LIFE-2": "needs a worker process to die",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from conformance.spec.clauses import CLAUSES, Clause, Level
+from conformance.spec.coverage import CLASSES
 from lmrpc.v1 import Capabilities
 
 if TYPE_CHECKING:  # the spec layer sits below the harness; cases get a Ctx at run time
@@ -32,6 +33,7 @@ class Case:
     exclusive: bool = False  # needs a quiet server (load baselines, pause): runs alone
     budget_factor: float = 1.0  # multiplies the per-case budget
     module: str = ""
+    sends: tuple[str, ...] = ()  # input classes it sends (spec/coverage.py), checked by the self-test
 
     @property
     def group(self) -> str:
@@ -50,6 +52,7 @@ class Variant:
     params: Mapping[str, object] = field(default_factory=dict)
     tag: str | None = None
     requires: tuple[str, ...] = ()
+    sends: tuple[str, ...] = ()  # input classes this permutation sends (besides the case's)
 
 
 REGISTRY: dict[str, Case] = {}
@@ -77,12 +80,17 @@ def case(
     exclusive: bool = False,
     budget: float = 1.0,
     level: Level | None = None,
+    sends: Iterable[str] = (),
 ) -> Callable[[Body], Body]:
     """Register a case (or one case per variant)."""
     clause = CLAUSES.get(clause_id)
     if clause is None:
         raise ValueError(f"clause_id={clause_id!r} is not a clause of docs/contract.md")
     common = tuple(check_requirement(r) for r in requires)
+    declared = tuple(sends)
+    unknown = [s for s in (*declared, *(s for v in variants or () for s in v.sends)) if s not in CLASSES]
+    if unknown:
+        raise ValueError(f"sends={unknown} names no input class of conformance/spec/coverage.py")
     for variant in variants or ():
         for requirement in variant.requires:
             check_requirement(requirement)
@@ -104,6 +112,7 @@ def case(
                 exclusive=exclusive,
                 budget_factor=budget,
                 module=body.__module__.rsplit(".", 1)[-1],
+                sends=(*declared, *variant.sends),
             )
         return body
 

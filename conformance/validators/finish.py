@@ -158,7 +158,7 @@ def finish_6(record: StreamRecord, facts: Facts) -> list[Mismatch]:
         if (
             eff.ignore_eos
             and not eff.has_stop_conditions
-            and finish.reason != FinishReason.ABORTED
+            and not (facts.aborted and finish.reason == FinishReason.ABORTED)
             and eff.max_tokens <= room
             and (finish.reason != FinishReason.LENGTH or finish.completion_tokens != eff.max_tokens)
         ):
@@ -170,3 +170,18 @@ def finish_6(record: StreamRecord, facts: Facts) -> list[Mismatch]:
                 )
             )
     return out
+
+
+@validator("FINISH-7")
+def finish_7(record: StreamRecord, facts: Facts) -> list[Mismatch]:
+    if facts.aborted:
+        return []
+    return [
+        mismatch(
+            f"output {view.index}: OutputFinished.reason of a request nobody aborted",
+            "STOP or LENGTH (ABORTED needs an Abort or a drain)",
+            f"ABORTED after {view.finish.completion_tokens} tokens",
+        )
+        for view in record.outputs().values()
+        if view.finish is not None and view.finish.reason == FinishReason.ABORTED
+    ]

@@ -24,27 +24,58 @@ def _logprob_problems(where: str, lp: TokenLogprob, token: int | None, top_n: in
     if values != sorted(values, reverse=True):
         out.append(mismatch(f"{where}.top", "sorted by decreasing logprob", values))
     for c in lp.top:
-        if c.token_id == lp.token_id and not math.isclose(c.logprob, lp.logprob, rel_tol=1e-3, abs_tol=1e-3):
+        if c.token_id == lp.token_id and not _same(c.logprob, lp.logprob):
             out.append(mismatch(f"{where}: logprob of the sampled token in top", lp.logprob, c.logprob))
-    if lp.top:
-        is_top = lp.top[0].token_id == lp.token_id or math.isclose(
-            lp.logprob, lp.top[0].logprob, abs_tol=1e-6
-        )
-        if (lp.rank == 1) != is_top:
-            out.append(
-                mismatch(
-                    f"{where}.rank",
-                    "1 exactly when the token is the top candidate",
-                    f"rank={lp.rank}, top[0]={lp.top[0].token_id}, token={lp.token_id}",
-                )
-            )
+    out.extend(_rank_problems(where, lp))
     return out
+
+
+def _rank_problems(where: str, lp: TokenLogprob) -> list[Mismatch]:
+    """STREAM-7's rank rule, exact up to ties: the candidates listed before the token's rank have a
+    logprob at least its own, those from its rank on at most; ``top[rank - 1]`` has its logprob; a
+    token missing from ``top`` despite a rank inside it is allowed only when ties fill ``top``."""
+    if lp.rank < 1 or not lp.top:
+        return []
+    before, rest = lp.top[: lp.rank - 1], lp.top[lp.rank - 1 :]
+    listed = any(c.token_id == lp.token_id for c in lp.top)
+    problems = []
+    if any(c.logprob < lp.logprob and not _same(c.logprob, lp.logprob) for c in before):
+        problems.append("a candidate ranked before the token has a smaller logprob")
+    if any(c.logprob > lp.logprob and not _same(c.logprob, lp.logprob) for c in rest):
+        problems.append("a candidate ranked at or after the token has a greater logprob")
+    if rest and not _same(rest[0].logprob, lp.logprob):
+        problems.append(f"top[rank - 1] has logprob {rest[0].logprob}, not the token's")
+    if rest and not listed and not all(_same(c.logprob, lp.logprob) for c in rest):
+        problems.append("the token is missing from top although its rank is inside it")
+    if not problems:
+        return []
+    return [
+        mismatch(
+            f"{where}.rank (token {lp.token_id}, logprob {lp.logprob}, rank {lp.rank})",
+            "its position in top, ties in any order",
+            f"{'; '.join(problems)}: top {[(c.token_id, round(c.logprob, 4)) for c in lp.top]}",
+        )
+    ]
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
 
 
 @validator("STREAM-7")
 def stream_7(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     eff = facts.eff(record)
     out: list[Mismatch] = []
+    if eff.return_logprobs:
+        for view in record.outputs().values():
+            if view.finish is not None and len(view.logprobs) != view.finish.completion_tokens:
+                out.append(
+                    mismatch(
+                        f"output {view.index}: TokenLogprob entries (one per token)",
+                        view.finish.completion_tokens,
+                        len(view.logprobs),
+                    )
+                )
     for e in record.events:
         delta = e.delta
         if delta is None:
@@ -81,7 +112,7 @@ def stream_8(record: StreamRecord, facts: Facts) -> list[Mismatch]:
     out = []
     for view in record.outputs().values():
         finish = view.finish
-        if finish is None or finish.reason == FinishReason.ABORTED:
+        if finish is None or (facts.aborted and finish.reason == FinishReason.ABORTED):
             continue
         if len(view.deltas) != 1:
             out.append(

@@ -11,14 +11,7 @@ from grpclib import GRPCError, Status
 from grpclib.health.check import ServiceStatus
 
 from lmrpc import CONTRACT_REVISION
-from lmrpc.v1 import (
-    Capabilities,
-    EffectiveDefaults,
-    EmbeddingModelInfo,
-    ModelInfo,
-    ServerInfo,
-    ServerLimits,
-)
+from lmrpc.v1 import Capabilities, EffectiveDefaults, EmbeddingModelInfo, ModelInfo, ServerInfo, ServerLimits
 from reference_server.config import ServerConfig
 from reference_server.frontend.engine_link import EngineLink
 from reference_server.frontend.requests import RequestTable
@@ -101,6 +94,9 @@ class FrontendContext:
                 max_parked_tokens=limits.max_parked_tokens,
                 stall_timeout_seconds=limits.stall_timeout_s,
                 max_abort_request_ids=limits.max_abort_request_ids,
+                max_stop_string_bytes=limits.max_stop_string_bytes,
+                max_waiting_requests=limits.max_waiting_requests,
+                drain_timeout_seconds=self.config.drain_timeout_s,
             ),
         )
 
@@ -127,6 +123,7 @@ def capabilities_for(info: EngineInfo, tokenizer: TokenizerBundle, config: Serve
         final_only=True,
         max_stop_strings=limits.max_stop_strings,
         authentication=config.auth_file is not None,
+        special_token_parsing=True,
     )
 
 
@@ -149,6 +146,7 @@ def model_info_for(engine: Engine, config: ServerConfig) -> tuple[ModelInfo, Emb
             repetition_penalty=1.0,
             n=1,
             max_tokens=min(limits.default_max_tokens, info.max_context_tokens - 1),
+            min_tokens=0,
         ),
         has_chat_template=engine.tokenizer.chat_template is not None,
     )

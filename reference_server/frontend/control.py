@@ -118,8 +118,11 @@ class ControlService(ControlServiceBase):
         engine = self.ctx.ready_engine()
         kind, _ = betterproto2.which_one_of(message, "input")
         tokenizer = engine.tokenizer
+        parse = message.parse_special_tokens  # as Generate does (REQ-8, TOK-1)
         if kind == "text":
-            ids = await asyncio.to_thread(tokenizer.encode, message.text or "")
+            ids = await asyncio.to_thread(
+                tokenizer.encode, message.text or "", parse_special_tokens=parse is not False
+            )
         elif kind == "chat":
             if not engine.capabilities.chat_input:
                 raise GRPCError(Status.UNIMPLEMENTED, "chat input is not supported by this server")
@@ -130,7 +133,10 @@ class ControlService(ControlServiceBase):
             add_prompt = message.chat.add_generation_prompt
             try:
                 ids = await asyncio.to_thread(
-                    tokenizer.encode_chat, messages, add_generation_prompt=add_prompt is not False
+                    tokenizer.encode_chat,
+                    messages,
+                    add_generation_prompt=add_prompt is not False,
+                    parse_special_tokens=parse is True,
                 )
             except Exception as exc:
                 raise invalid(f"chat: the model's chat template rejected the messages: {exc}") from None

@@ -30,6 +30,7 @@ from reference_server.frontend.streaming import StreamAssembler
 from reference_server.frontend.validation import (
     GeneratePlan,
     check_prompt_size,
+    check_request_id,
     invalid,
     plan_generate,
     stopping_for_prompt,
@@ -153,6 +154,7 @@ class InferenceService(InferenceServiceBase):
         engine = self.ctx.serving_engine()
         if not engine.capabilities.embed:
             raise GRPCError(Status.UNIMPLEMENTED, "Embed is not served by this server")
+        request_id = check_request_id(message.request_id)  # EMBED-3
         if not message.texts:
             raise invalid("texts must not be empty")
         try:
@@ -163,7 +165,7 @@ class InferenceService(InferenceServiceBase):
         if reply.error is not None:
             raise invalid(reply.error)
         return EmbedResponse(
-            request_id=message.request_id or self.ctx.table.new_request_id(),
+            request_id=request_id or self.ctx.table.new_request_id(),
             embeddings=[Embedding(values=v) for v in reply.vectors],
             usage=Usage(prompt_tokens=sum(reply.token_counts)),
         )
@@ -182,8 +184,9 @@ def _encode_checked(request: ipc.SubmitRequest) -> bytes:
 
 def _tokenize(message: GenerateRequest, plan: GeneratePlan, engine: Engine) -> list[int]:
     tokenizer = engine.tokenizer
+    parse = message.parse_special_tokens  # REQ-8: absent parses them in text, not in chat content
     if plan.input_kind == "text":
-        return tokenizer.encode(message.text or "")
+        return tokenizer.encode(message.text or "", parse_special_tokens=parse is not False)
     if plan.input_kind == "token_ids":
         assert message.token_ids is not None
         return list(message.token_ids.ids)
@@ -193,6 +196,7 @@ def _tokenize(message: GenerateRequest, plan: GeneratePlan, engine: Engine) -> l
         return tokenizer.encode_chat(
             [{"role": m.role, "content": m.content} for m in chat.messages],
             add_generation_prompt=True if chat.add_generation_prompt is None else chat.add_generation_prompt,
+            parse_special_tokens=parse is True,
         )
     except Exception as exc:  # the template rejected the conversation
         raise invalid(f"chat: the model's chat template rejected the messages: {exc}") from None

@@ -85,6 +85,11 @@ def plan_generate(
     for i, stop in enumerate(stop_strings):
         if not stop:
             raise invalid(f"stopping.stop_strings[{i}]='' must not be empty")
+        if len(stop.encode()) > limits.max_stop_string_bytes:
+            raise invalid(
+                f"stopping.stop_strings[{i}] is {len(stop.encode())} bytes; "
+                f"at most {limits.max_stop_string_bytes} (limits.max_stop_string_bytes)"
+            )
     stop_ids = tuple(stopping.stop_token_ids)
     if stop_ids and not caps.stop_token_ids:
         raise unimplemented("stopping.stop_token_ids is not supported by this server")

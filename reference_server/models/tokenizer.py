@@ -43,10 +43,14 @@ class TokenizerBundle:
     # No token covers more characters of text than this; None if the tokenizer normalizes text
     # (normalizing may shorten it, so then no such bound holds).
     max_token_chars: int | None
+    literal: Tokenizer  # the same tokenizer, encoding special-token strings as ordinary text
+    added_strings: tuple[str, ...]  # the text of every added (special) token
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of raw text; no BOS/EOS is added, special-token strings map to their ids."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+    def encode(self, text: str, *, parse_special_tokens: bool = True) -> list[int]:
+        """Token ids of raw text; no BOS/EOS is added. Special-token strings map to their ids, or,
+        with ``parse_special_tokens=False``, are encoded as ordinary text (REQ-8)."""
+        tokenizer = self.tokenizer if parse_special_tokens else self.literal
+        return list(tokenizer.encode(text, add_special_tokens=False).ids)
 
     def decode(self, token_ids: list[int], *, skip_special_tokens: bool = True) -> str:
         return str(self.tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens))
@@ -61,8 +65,39 @@ class TokenizerBundle:
             eos_token=self.eos_token,
         )
 
-    def encode_chat(self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True) -> list[int]:
-        return self.encode(self.render_chat(messages, add_generation_prompt=add_generation_prompt))
+    def encode_chat(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        add_generation_prompt: bool = True,
+        parse_special_tokens: bool = False,
+    ) -> list[int]:
+        """The rendered conversation's ids. Only the template adds special tokens: special-token
+        strings inside a message's role or content are encoded as text (REQ-8), unless
+        ``parse_special_tokens``."""
+        rendered = self.render_chat(messages, add_generation_prompt=add_generation_prompt)
+        spans = [] if parse_special_tokens else self._literal_spans(rendered, messages)
+        ids: list[int] = []
+        start = 0
+        for begin, end in spans:
+            ids += self.encode(rendered[start:begin])
+            ids += self.encode(rendered[begin:end], parse_special_tokens=False)
+            start = end
+        return ids + self.encode(rendered[start:])
+
+    def _literal_spans(self, rendered: str, messages: list[dict[str, str]]) -> list[tuple[int, int]]:
+        """Where the rendered template holds message text that contains a special-token string,
+        found in message order."""
+        spans, position = [], 0
+        for message in messages:
+            for text in (message["role"], message["content"]):
+                found = rendered.find(text, position) if text else -1
+                if found < 0:
+                    continue
+                if any(special in text for special in self.added_strings):
+                    spans.append((found, found + len(text)))
+                position = found + len(text)
+        return spans
 
 
 _templates: dict[str, jinja2.Template] = {}
@@ -197,6 +232,8 @@ def _bundle(tokenizer: Tokenizer, meta: dict[str, Any]) -> TokenizerBundle:
     )
     bos_id = meta["bos_token_id"]
     eos_ids = tuple(meta["eos_token_ids"])
+    literal = Tokenizer.from_str(tokenizer.to_str())
+    literal.encode_special_tokens = True
     return TokenizerBundle(
         tokenizer=tokenizer,
         vocab_size=int(meta["vocab_size"]),
@@ -211,4 +248,6 @@ def _bundle(tokenizer: Tokenizer, meta: dict[str, Any]) -> TokenizerBundle:
             if tokenizer.normalizer is not None
             else max((len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1)
         ),
+        literal=literal,
+        added_strings=tuple(added.content for added in tokenizer.get_added_tokens_decoder().values()),
     )

@@ -4,15 +4,17 @@ exactly its declared cases). Prints the detection matrix and the mutation score.
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from conformance.spec.coverage import CLASSES
 from conformance.spec.registry import all_cases, matches
 
-from .lanes import Lane, Outcome, _cases, run_harness
+from .lanes import KNOWN_FAILURES, Lane, Outcome, _cases, run_harness
 from .mutants import MUTANTS, Mutant
 
 TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
@@ -21,6 +23,12 @@ STATEFUL = "[stateful]"  # the state machine's cases: timing decides whether one
 REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest"))
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # the whole zoo runs inside one test
+
+
+def known_failures() -> set[str]:
+    """Cases the reference server itself still fails (its baseline): they are XFAIL on every lane."""
+    with KNOWN_FAILURES.open("rb") as handle:
+        return {entry["case"] for entry in tomllib.load(handle).get("known_failure", [])}
 
 
 def expand(patterns: frozenset[str]) -> set[str]:
@@ -63,6 +71,18 @@ def test_reference_server_passes(lanes: list[Lane]) -> None:
     outcome = run_harness(lanes[0].server.target, REPORTS, "reference", time_scale=TIME_SCALE)
     assert outcome.failing == set(), _explain(outcome)
     assert outcome.exit_code == 0
+    assert not undelivered_sends(outcome), undelivered_sends(outcome)
+
+
+def undelivered_sends(outcome: Outcome) -> list[str]:
+    """Cases whose declared input classes (conformance list --coverage) their calls did not send."""
+    sent = {c["id"]: set(c.get("sent", [])) for c in _cases(outcome.report) if c["verdict"] == "PASS"}
+    problems = []
+    for case in all_cases():
+        declared = {s for s in case.sends if CLASSES[s].sent is not None}
+        if case.id in sent and not declared <= sent[case.id]:
+            problems.append(f"{case.id} declares {sorted(declared - sent[case.id])} but never sent them")
+    return problems
 
 
 # A proxy re-frames every message and reads its upstream eagerly, so the cases of the wire boundary
@@ -104,7 +124,7 @@ def test_mutants_fail_exactly_their_cases(lanes: list[Lane], capsys: pytest.Capt
         # generation, so whether one run trips a given mutant is timing; they are counted
         # across the zoo below instead of required per mutant.
         stateful = {case_id for case_id in declared if case_id.endswith(STATEFUL)}
-        want, may = declared - stateful, expand(mutant.tolerated) | stateful
+        want, may = declared - stateful - known_failures(), expand(mutant.tolerated) | stateful
         if mutant.is_control or mutant is _ReferenceProxy:
             may = expand(mutant.tolerated)  # a correct server must pass every case, the machine's too
         else:  # on a broken server the machine may also trip over the fault through another invariant

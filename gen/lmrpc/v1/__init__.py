@@ -95,8 +95,9 @@ class AbortStatus(betterproto2.Enum):
 
     NOT_IN_FLIGHT = 2
     """
-    No such request is in flight (unknown, already finished, or not yet arrived: a Generate with
-    this id that arrives within a short grace period is aborted at once, ABORT-6).
+    The Abort does not cover this id (ABORT-1): unknown, already finished, already covered by an
+    earlier Abort (also while that request is still ending), or not yet arrived (a Generate with this
+    id that arrives within limits.abort_grace_seconds is aborted at once, ABORT-6).
     """
 
     @classmethod
@@ -217,7 +218,8 @@ class AbortResponse(betterproto2.Message):
 
     outcomes: "list[AbortOutcome]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
     """
-    One outcome per targeted id; for AllRequests, one per request that was in flight.
+    One outcome per distinct targeted id, in the order the ids first appear; for AllRequests, one per
+    request the Abort covered (ABORT-1, ABORT-5).
     """
 
 
@@ -338,6 +340,13 @@ class Capabilities(betterproto2.Message):
     """
     Calls must authenticate (AUTH-1): bearer-token metadata or a client certificate. Requests are
     owned by their caller (AUTH-3) and administrative RPCs need the admin role (AUTH-2).
+    Added in contract revision 2.
+    """
+
+    special_token_parsing: "bool" = betterproto2.field(30, betterproto2.TYPE_BOOL)
+    """
+    GenerateRequest.parse_special_tokens and TokenizeRequest.parse_special_tokens are honoured (REQ-8).
+    Added in contract revision 2.
     """
 
 
@@ -470,6 +479,11 @@ class EffectiveDefaults(betterproto2.Message):
     Default StoppingCriteria.max_tokens, lowered to what the context window leaves.
     """
 
+    min_tokens: "int" = betterproto2.field(10, betterproto2.TYPE_UINT32)
+    """
+    Default StoppingCriteria.min_tokens (STOP-5, SAMPLE-8). Added in contract revision 2.
+    """
+
 
 default_message_pool.register_message("lmrpc.v1", "EffectiveDefaults", EffectiveDefaults)
 
@@ -522,7 +536,8 @@ class EmbedRequest(betterproto2.Message):
 
     request_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    The caller's id for this request. If empty the server assigns one.
+    The caller's id for this request, echoed in EmbedResponse.request_id; if empty the server assigns
+    one. Same format as GenerateRequest.request_id (EMBED-3).
     """
 
     texts: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
@@ -633,6 +648,13 @@ class GenerateRequest(betterproto2.Message):
     response: "ResponseOptions | None" = betterproto2.field(7, betterproto2.TYPE_MESSAGE, optional=True)
     """
     What each event carries and how events are delivered. Absent means all defaults.
+    """
+
+    parse_special_tokens: "bool | None" = betterproto2.field(8, betterproto2.TYPE_BOOL, optional=True)
+    """
+    Whether special-token strings (such as "<|im_end|>") in the input become special tokens. Absent:
+    yes in text input, no in chat message content (REQ-8). Only with
+    Capabilities.special_token_parsing. Added in contract revision 2.
     """
 
 
@@ -1022,7 +1044,8 @@ class ResponseOptions(betterproto2.Message):
 
     top_logprobs: "int" = betterproto2.field(4, betterproto2.TYPE_UINT32)
     """
-    Number of top candidates per token in TokenLogprob.top, in [0, Capabilities.max_top_logprobs].
+    Number of top candidates per token in TokenLogprob.top, in [0, Capabilities.max_top_logprobs];
+    more than 0 only with return_logprobs (SAMPLE-5).
     """
 
     skip_special_tokens: "bool | None" = betterproto2.field(5, betterproto2.TYPE_BOOL, optional=True)
@@ -1145,7 +1168,7 @@ class ServerInfo(betterproto2.Message):
 
     contract_revision: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
     """
-    The revision of docs/contract.md this server implements (this file: 1).
+    The revision of docs/contract.md this server implements (this file: 2).
     """
 
     capabilities: "Capabilities | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
@@ -1160,7 +1183,7 @@ class ServerInfo(betterproto2.Message):
 
     limits: "ServerLimits | None" = betterproto2.field(6, betterproto2.TYPE_MESSAGE, optional=True)
     """
-    Limits a client cannot otherwise discover. Absent from servers of contract revision 1.
+    The limits a client cannot discover otherwise (CAP-5). Added in contract revision 2.
     """
 
 
@@ -1170,7 +1193,8 @@ default_message_pool.register_message("lmrpc.v1", "ServerInfo", ServerInfo)
 @dataclass(eq=False, repr=False)
 class ServerLimits(betterproto2.Message):
     """
-    Limits of a server that no request option reveals, each enforced as the cited clause says.
+    Limits of a server that no request option reveals (CAP-5), each enforced as the cited clause
+    says; 0 where the server has none.
     """
 
     max_message_bytes: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
@@ -1199,6 +1223,21 @@ class ServerLimits(betterproto2.Message):
     max_abort_request_ids: "int" = betterproto2.field(5, betterproto2.TYPE_UINT32)
     """
     The most request ids one Abort may name; more fail with INVALID_ARGUMENT.
+    """
+
+    max_stop_string_bytes: "int" = betterproto2.field(10, betterproto2.TYPE_UINT32)
+    """
+    The longest stop string accepted, in UTF-8 bytes (SAMPLE-5).
+    """
+
+    max_waiting_requests: "int" = betterproto2.field(11, betterproto2.TYPE_UINT32)
+    """
+    Requests in flight at once; a Generate beyond it fails with RESOURCE_EXHAUSTED.
+    """
+
+    drain_timeout_seconds: "float" = betterproto2.field(12, betterproto2.TYPE_DOUBLE)
+    """
+    How long a draining server lets streams in flight finish before it aborts them (LIFE-1).
     """
 
 
@@ -1246,7 +1285,8 @@ class StoppingCriteria(betterproto2.Message):
 
     min_tokens: "int | None" = betterproto2.field(2, betterproto2.TYPE_UINT32, optional=True)
     """
-    Stop conditions are ignored until this many tokens were generated; <= max_tokens.
+    Until this many tokens were generated, stop tokens and EOS are not sampled and stop strings are
+    not matched (STOP-5); <= max_tokens. Absent means ModelInfo.defaults.min_tokens.
     """
 
     stop_strings: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
@@ -1266,9 +1306,10 @@ class StoppingCriteria(betterproto2.Message):
 
     include_stop_in_output: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
     """
-    Keep the text of the matched stop string or stop token in the output text. When false the
-    matched text is never streamed (STOP-1). Token ids are never removed: the deltas always carry
-    every generated token, the stop token included (USAGE-5).
+    Keep the text of the matched stop string or stop token in the output text (a stop or EOS token's
+    text as skip_special_tokens renders it, STOP-7). When false the matched text is never streamed
+    (STOP-1). Token ids are never removed: the deltas always carry every generated token, the stop
+    token included (USAGE-5).
     """
 
 
@@ -1358,6 +1399,11 @@ class TokenizeRequest(betterproto2.Message):
     chat: "ChatInput | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True, group="input")
     """
     A conversation, rendered and tokenized as GenerateRequest.chat is.
+    """
+
+    parse_special_tokens: "bool | None" = betterproto2.field(3, betterproto2.TYPE_BOOL, optional=True)
+    """
+    As GenerateRequest.parse_special_tokens (REQ-8). Added in contract revision 2.
     """
 
 

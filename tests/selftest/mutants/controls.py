@@ -14,7 +14,9 @@ from .base import Mutant, delta, kind
 
 class SlowButCorrect(Mutant):
     name = "slow-but-correct"
-    fault = "(control) every RPC answers 50 ms late and every message 1 ms late"
+    fault = (
+        "(control) every RPC answers 50 ms late and every message 1 ms late (queued deltas merged, STREAM-9)"
+    )
     is_control = True
     time_scale = 2.0
 
@@ -23,10 +25,51 @@ class SlowButCorrect(Mutant):
         return await super().unary(method, request)
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
-        await asyncio.sleep(0.05)
-        async for event in events:
-            await asyncio.sleep(0.001)
-            yield event
+        queue: asyncio.Queue[GenerateResponse | None] = asyncio.Queue()
+
+        async def pull() -> None:
+            try:
+                async for event in events:
+                    queue.put_nowait(event)
+            finally:
+                queue.put_nowait(None)
+
+        puller = asyncio.ensure_future(pull())
+        try:
+            await asyncio.sleep(0.05)
+            while True:
+                await asyncio.sleep(0.001)
+                batch = [await queue.get()]
+                while not queue.empty() and batch[-1] is not None:
+                    batch.append(queue.get_nowait())
+                for event in merge_deltas([e for e in batch if e is not None]):
+                    yield event
+                if batch[-1] is None:
+                    await puller  # its errors (a failed upstream call) are the stream's
+                    return
+        finally:
+            puller.cancel()
+
+
+def merge_deltas(events: list[GenerateResponse]) -> list[GenerateResponse]:
+    """Consecutive deltas of one output merged into one, as a server does for a slow reader."""
+    out: list[GenerateResponse] = []
+    for event in events:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and kind(event) == "delta"
+            and kind(last) == "delta"
+            and delta(last).output_index == delta(event).output_index
+            and last.usage is None
+        ):
+            delta(last).token_ids = [*delta(last).token_ids, *delta(event).token_ids]
+            delta(last).text += delta(event).text
+            delta(last).logprobs = [*delta(last).logprobs, *delta(event).logprobs]
+            last.usage = event.usage
+            continue
+        out.append(event)
+    return out
 
 
 class MergedDeltas(Mutant):

@@ -66,3 +66,10 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     listed = json.loads(capsys.readouterr().out)
     assert [c["id"] for c in listed] == ["ABORT-4[n=2]", "ABORT-4[n=4]"]
     assert listed[0]["requires"] == ["max_outputs>=2"] and listed[0]["level"] == "MUST"
+
+
+def test_list_coverage_has_no_gap(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "--coverage", "--json"]) == 0, capsys.readouterr().out[-2000:]
+    report = json.loads(capsys.readouterr().out)
+    assert not report["gaps"]
+    assert all(report["input_classes"].values()) and all(report["must_sentences"].values())

@@ -102,7 +102,7 @@ def test_exit_codes_and_badge() -> None:
         ],
     )
     assert exit_code(passing) == 0
-    assert badge(passing) == "lmrpc conformance r1: MUST 1/1 PASS, SHOULD 1/1"
+    assert badge(passing) == "lmrpc conformance r2: MUST 1/1 PASS, SHOULD 1/1"
     failing = RunReport("t", [result("SVC-3", Verdict.FAIL), result("SVC-1", Verdict.PASS)])
     assert exit_code(failing) == 1 and badge(failing).endswith("MUST 1/2 FAIL, SHOULD not run")
     assert exit_code(RunReport("t", [result("SVC-3", Verdict.ERROR)])) == 3

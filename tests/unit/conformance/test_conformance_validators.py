@@ -27,7 +27,7 @@ from lmrpc.v1 import (
 )
 
 INFO = TargetInfo(
-    ServerInfo(contract_revision=1, capabilities=Capabilities(max_outputs=4, tokenize=True)),
+    ServerInfo(contract_revision=2, capabilities=Capabilities(max_outputs=4, tokenize=True)),
     ModelInfo(
         vocab_size=100, max_context_tokens=64, eos_token_ids=[2], defaults=EffectiveDefaults(max_tokens=16)
     ),
