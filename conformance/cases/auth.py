@@ -138,6 +138,18 @@ async def requests_belong_to_their_principal(ctx: Ctx) -> None:
         "not aborted (LENGTH)",
         record.summary(),
     )
+    clients = ctx.uid("clients")
+    client_stream = ctx.open(long_request(ctx, request_id=clients))
+    await first_delta(ctx, client_stream)
+    by_admin = await ctx.session.target.admin.abort(
+        AbortRequest(request_ids=RequestIds(ids=[clients])), timeout=ctx.budgets.rpc_s
+    )
+    ctx.check.equal(
+        "an admin's Abort of a client's request by id",
+        [AbortStatus.ABORTED.name],
+        [o.status.name for o in by_admin.outcomes],
+    )
+    await client_stream.finish(ctx.budgets.release_s)
     everything = await ctx.call(ctx.control.abort, AbortRequest(all=AllRequests()))  # routed to the admin
     listed = sorted(o.request_id for o in everything.outcomes)
     ctx.check.equal("an admin's Abort of all requests lists", sorted([shared, theirs_only]), listed)
