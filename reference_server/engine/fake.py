@@ -11,7 +11,8 @@ Each output draws tokens from a made-up distribution over the real tokenizer's v
 Sampling applies the real rules (penalties, temperature, top-k, top-p, min-p) with a per-output
 ``random.Random(derive_seed(seed, i))``, so seeded outputs are reproducible whatever else runs.
 It goes through the same scheduler and detokenizer path as the real model. It also simulates
-a prefix cache (reported cached tokens) and KV accounting (admission, GetLoad).
+a prefix cache (reported cached tokens, and KV-cache events for every full block of an admitted
+prompt) and KV accounting (admission, GetLoad).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from reference_server.engine.fake_blocks import FakeBlockCache
 from reference_server.engine.fake_sampling import Candidate, apply_penalties, sample_candidates
+from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.ipc import (
     EngineInfo,
     EngineLoad,
     Finish,
+    KvCacheEvent,
     SequenceOutput,
     SubmitRequest,
     TokenLogprob,
@@ -93,6 +97,7 @@ class FakeEngine:
         self._waiting: OrderedDict[str, _Group] = OrderedDict()
         self._running: OrderedDict[str, _Group] = OrderedDict()
         self._prefixes: OrderedDict[int, None] = OrderedDict()  # prefix hash -> (LRU order)
+        self._blocks = FakeBlockCache(config.kv_tokens // KV_EVENT_BLOCK_SIZE, KV_EVENT_BLOCK_SIZE)
         self._token_vectors: dict[int, list[float]] = {}
 
     # ── Engine protocol ─────────────────────────────────────────────────────────────────────
@@ -171,7 +176,11 @@ class FakeEngine:
     def flush_cache(self) -> int:
         released = len(self._prefixes)
         self._prefixes.clear()
+        self._blocks.clear()
         return released
+
+    def drain_kv_events(self) -> list[KvCacheEvent]:
+        return self._blocks.drain_events()
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
         if self._tokenize is None:
@@ -203,6 +212,7 @@ class FakeEngine:
                 break
             del self._waiting[rid]
             group.cached_prompt_tokens = self._match_and_insert_prefix(group.request.prompt_ids)
+            self._blocks.insert(group.request.prompt_ids)
             self._running[rid] = group
             reserved += group.kv_reservation
             running += n

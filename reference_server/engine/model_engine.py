@@ -19,6 +19,7 @@ from reference_server.ipc import (
     EngineInfo,
     EngineLoad,
     Finish,
+    KvCacheEvent,
     SequenceOutput,
     SubmitRequest,
     TokenLogprob,
@@ -165,6 +166,9 @@ class ModelEngine:
 
     def flush_cache(self) -> int:
         return self.kv.flush()
+
+    def drain_kv_events(self) -> list[KvCacheEvent]:
+        return self.kv.cache.drain_events()
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
         if self.embedder is None:
