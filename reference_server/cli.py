@@ -55,6 +55,17 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     tls.add_argument(
         "--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA (mutual TLS)"
     )
+    parser.add_argument(
+        "--no-vllm-dialect",
+        action="store_true",
+        help="serve lmrpc.v1 only, not also vllm.grpc.engine.VllmEngine (smg's vLLM worker protocol)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics over HTTP on this port (on --host)",
+    )
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
@@ -83,6 +94,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
             ready_file=args.ready_file,
             log_level=args.log_level.upper(),
             tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
+            vllm_dialect=not args.no_vllm_dialect,
+            metrics_port=args.metrics_port,
         )
     except ValueError as exc:
         parser.error(str(exc))

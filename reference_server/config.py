@@ -111,9 +111,13 @@ class ServerConfig:
     ready_file: str | None = None  # written with the bound port once the server is serving
     log_level: str = "INFO"
     tls: TlsFiles | None = None  # None: plaintext HTTP/2
+    vllm_dialect: bool = True  # also serve vllm.grpc.engine.VllmEngine (smg's vLLM worker protocol)
+    metrics_port: int | None = None  # Prometheus metrics over HTTP on this port (0: a free one)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port={self.port} must be in [0, 65535]")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port={self.metrics_port} must be in [0, 65535]")
         if self.startup_timeout_s <= 0 or self.drain_timeout_s < 0:
             raise ValueError("startup_timeout_s must be > 0 and drain_timeout_s >= 0")

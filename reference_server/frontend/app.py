@@ -17,6 +17,7 @@ import signal
 import socket
 import ssl
 from pathlib import Path
+from typing import Any
 
 from grpclib.health.service import Health
 from grpclib.server import Server
@@ -28,9 +29,14 @@ from reference_server.frontend.context import Engine, FrontendContext, Phase, ca
 from reference_server.frontend.control import ControlService
 from reference_server.frontend.engine_link import EngineLink, WorkerUnavailableError
 from reference_server.frontend.inference import InferenceService
+from reference_server.frontend.kv_events import KvEventHub
+from reference_server.frontend.metrics.exporter import MetricsServer, ServerCollector
+from reference_server.frontend.metrics.observe import ObservedEngineLink, ObservedRequestTable, count_rpcs
+from reference_server.frontend.metrics.stats import ServingStats
 from reference_server.frontend.reflection import reflection_services
 from reference_server.frontend.requests import RequestTable
 from reference_server.frontend.unknown_methods import answer_unknown_methods
+from reference_server.frontend.vllm.service import VllmEngineService
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import load_tokenizer
 from reference_server.scheduler.process import run_scheduler
@@ -50,16 +56,32 @@ class Frontend:
         self.config = config
         self.source = resolve_model(config.engine.model_path)  # fails fast if the model is missing
         self.addresses = IpcAddresses.create()
-        self.table = RequestTable(config.limits.abort_grace_s)
-        self.link = EngineLink(self.addresses, self.table)
+        self.stats = ServingStats() if config.metrics_port is not None else None
+        if self.stats is None:
+            self.table = RequestTable(config.limits.abort_grace_s)
+            self.link = EngineLink(self.addresses, self.table)
+        else:
+            self.table = ObservedRequestTable(config.limits.abort_grace_s, self.stats)
+            self.link = ObservedEngineLink(self.addresses, self.table, self.stats)
+        self.kv_events = KvEventHub()
+        self.link.on_kv_events = self.kv_events.publish
         self.ctx = FrontendContext(config, self.table, self.link)
         inference, control = InferenceService(self.ctx), ControlService(self.ctx)
-        health = Health({inference: [self.ctx.health], control: [self.ctx.health]})
+        self.control = control
+        services: list[Any] = [inference, control]
+        if config.vllm_dialect:  # smg's vLLM worker protocol, translated onto the two above
+            services.append(
+                VllmEngineService(self.ctx, inference, control, self.kv_events, self.source, self.stats)
+            )
+        health = Health({service: [self.ctx.health] for service in services})
         self.server = Server(
-            [inference, control, health, *reflection_services([inference, control, health])],
+            [*services, health, *reflection_services([*services, health])],
             codec=SizeLimitedCodec(config.limits.max_message_bytes),
         )
         answer_unknown_methods(self.server)
+        if self.stats is not None:
+            count_rpcs(self.server, self.stats)
+        self.metrics: MetricsServer | None = None
         self.processes: dict[str, multiprocessing.process.BaseProcess] = {}
         self.port = 0
         self._stop = asyncio.Event()
@@ -75,6 +97,15 @@ class Frontend:
             self.port,
             " with TLS" if tls else "",
         )
+        if self.stats is not None and self.config.metrics_port is not None:
+            collector = ServerCollector(self.stats, self.control, self.kv_events, asyncio.get_running_loop())
+            try:
+                self.metrics = MetricsServer.start(self.config.host, self.config.metrics_port, collector)
+            except OSError as exc:
+                raise StartupError(
+                    f"cannot serve metrics on {self.config.host}:{self.config.metrics_port}: {exc}"
+                ) from None
+            log.info("metrics on http://%s:%d/metrics", self.config.host, self.metrics.port)
         self.link.on_failure = self._on_worker_failure
         self.link.start()
         self._spawn_workers()
@@ -119,6 +150,8 @@ class Frontend:
                 self.table.fail_all(14, "the server shut down")
 
     async def close(self) -> None:
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.stop)
         if self.port:
             self.server.close()
             await self.server.wait_closed()
