@@ -87,6 +87,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 attention_backend=args.attention,
                 embedding=not args.no_embedding,
                 num_threads=args.threads,
+                kv_events=not args.no_vllm_dialect,  # nothing else consumes them
             ),
             limits=Limits(max_message_bytes=args.max_message_bytes),
             startup_timeout_s=args.startup_timeout,

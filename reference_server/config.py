@@ -75,6 +75,7 @@ class EngineOptions:
     attention_backend: str = "auto"
     embedding: bool = True
     num_threads: int | None = None  # torch threads; None: all cores but two (at least one)
+    kv_events: bool = True  # report the prefix cache as KV-cache events (for smg's routing)
 
     def __post_init__(self) -> None:
         if self.kind not in ("model", "fake"):

@@ -59,6 +59,7 @@ class FakeEngineConfig:
     kv_tokens: int = 262144
     max_running_sequences: int = 256
     token_delay_s: float = 0.0  # sleep per engine step, to make streams take time
+    kv_event_block_size: int = KV_EVENT_BLOCK_SIZE  # 0: no KV-cache events
 
     def __post_init__(self) -> None:
         if self.token_delay_s < 0:
@@ -97,7 +98,10 @@ class FakeEngine:
         self._waiting: OrderedDict[str, _Group] = OrderedDict()
         self._running: OrderedDict[str, _Group] = OrderedDict()
         self._prefixes: OrderedDict[int, None] = OrderedDict()  # prefix hash -> (LRU order)
-        self._blocks = FakeBlockCache(config.kv_tokens // KV_EVENT_BLOCK_SIZE, KV_EVENT_BLOCK_SIZE)
+        self._blocks: FakeBlockCache | None = None
+        if config.kv_event_block_size:
+            b = config.kv_event_block_size
+            self._blocks = FakeBlockCache(config.kv_tokens // b, b)
         self._token_vectors: dict[int, list[float]] = {}
 
     # ── Engine protocol ─────────────────────────────────────────────────────────────────────
@@ -176,11 +180,12 @@ class FakeEngine:
     def flush_cache(self) -> int:
         released = len(self._prefixes)
         self._prefixes.clear()
-        self._blocks.clear()
+        if self._blocks is not None:
+            self._blocks.clear()
         return released
 
     def drain_kv_events(self) -> list[KvCacheEvent]:
-        return self._blocks.drain_events()
+        return self._blocks.drain_events() if self._blocks is not None else []
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
         if self._tokenize is None:
@@ -212,7 +217,8 @@ class FakeEngine:
                 break
             del self._waiting[rid]
             group.cached_prompt_tokens = self._match_and_insert_prefix(group.request.prompt_ids)
-            self._blocks.insert(group.request.prompt_ids)
+            if self._blocks is not None:
+                self._blocks.insert(group.request.prompt_ids)
             self._running[rid] = group
             reserved += group.kv_reservation
             running += n

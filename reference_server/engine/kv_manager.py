@@ -17,10 +17,12 @@ from reference_server.engine.sequence import RequestGroup, Sequence
 
 
 class KVManager:
-    def __init__(self, pool: KVPool, table: SlotTable) -> None:
+    def __init__(
+        self, pool: KVPool, table: SlotTable, kv_event_block_size: int = KV_EVENT_BLOCK_SIZE
+    ) -> None:
         self.pool = pool
         self.table = table
-        self.cache = RadixCache(KV_EVENT_BLOCK_SIZE)
+        self.cache = RadixCache(kv_event_block_size)
         self.reserved = 0  # sum of admitted groups' kv_reserved
 
     @property

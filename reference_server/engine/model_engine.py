@@ -52,7 +52,7 @@ class ModelEngine:
         )  # fmt: skip
         width = -(-mc.max_context_tokens // SLOT_TABLE_WIDTH_MULTIPLE) * SLOT_TABLE_WIDTH_MULTIPLE
         table = SlotTable(max_rows=config.max_running_sequences, max_context_tokens=width, device=self.device)
-        self.kv = KVManager(pool, table)
+        self.kv = KVManager(pool, table, config.kv_event_block_size)
         self.attention = create_attention_backend(
             backend, pool, table, num_heads=mc.num_heads, num_kv_heads=mc.num_kv_heads, head_dim=mc.head_dim,
         )  # fmt: skip

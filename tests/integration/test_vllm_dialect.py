@@ -370,3 +370,15 @@ def test_lmrpc_is_still_served_on_the_same_port(fake_server: ServerProcess) -> N
             ).text
 
     assert asyncio.run(body())
+
+
+def test_no_vllm_dialect_serves_lmrpc_alone() -> None:
+    with ServerProcess(engine="fake", args=("--no-vllm-dialect",)) as server:
+
+        async def body(stub: Any) -> None:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.HealthCheck(pb.HealthCheckRequest())
+            assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+        run(server.target, body)
+        test_lmrpc_is_still_served_on_the_same_port(server)
