@@ -96,7 +96,7 @@ EOF
 cat <<EOF
 smg (cache-aware routing over $N replica(s)), metrics on :$SMG_METRICS_PORT, logs in $RUN/
 OpenAI base URL: http://127.0.0.1:$SMG_PORT/v1   model: $MODEL
-Try: .venv/bin/python -c "from openai import OpenAI; print(OpenAI(base_url='http://127.0.0.1:$SMG_PORT/v1', api_key='none').chat.completions.create(model='$MODEL', messages=[{'role': 'user', 'content': 'What is the capital of France?'}]).choices[0].message.content)"
+Try: .venv/bin/python -c "from openai import OpenAI; print(OpenAI(base_url='http://127.0.0.1:$SMG_PORT/v1', api_key='none').chat.completions.create(model='$MODEL', messages=[{'role': 'user', 'content': 'What is the capital of France?'}], temperature=0).choices[0].message.content)"
 Ctrl-C stops smg and the replicas.
 EOF
 wait "${PIDS[-1]}"

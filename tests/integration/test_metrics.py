@@ -25,7 +25,9 @@ def scrape(port: int) -> str:
 
 async def traffic(target: str) -> None:
     request = GenerateRequest(
-        token_ids=TokenIds(ids=PROMPT), sampling=SamplingParams(temperature=0.0), stopping=StoppingCriteria(max_tokens=8)
+        token_ids=TokenIds(ids=PROMPT),
+        sampling=SamplingParams(temperature=0.0),
+        stopping=StoppingCriteria(max_tokens=8),
     )
     async with LmrpcClient.connect(target) as client:
         await client.generate(request)  # lmrpc, then the same prompt again over the vLLM dialect
@@ -40,7 +42,9 @@ async def traffic(target: str) -> None:
             async for _ in stub.Generate(vllm_request):
                 pass
             with contextlib.suppress(grpc.aio.AioRpcError):
-                bad = vllm_engine_pb2.GenerateRequest(request_id="m2", text="x", sampling_params={"logit_bias": {1: 1}})
+                bad = vllm_engine_pb2.GenerateRequest(
+                    request_id="m2", text="x", sampling_params={"logit_bias": {1: 1}}
+                )
                 async for _ in stub.Generate(bad):
                     pass
             long = vllm_engine_pb2.GenerateRequest(
@@ -61,7 +65,9 @@ async def traffic(target: str) -> None:
 
 def test_metrics_count_requests_latencies_cache_and_cancels() -> None:
     port = free_port()
-    with ServerProcess(engine="fake", args=("--metrics-port", str(port), "--fake-token-delay", "0.002")) as server:
+    with ServerProcess(
+        engine="fake", args=("--metrics-port", str(port), "--fake-token-delay", "0.002")
+    ) as server:
         asyncio.run(traffic(server.target))
         text = scrape(port)
 

@@ -382,3 +382,15 @@ def test_no_vllm_dialect_serves_lmrpc_alone() -> None:
 
         run(server.target, body)
         test_lmrpc_is_still_served_on_the_same_port(server)
+
+
+def test_an_open_kv_event_subscription_does_not_hold_up_shutdown() -> None:
+    with ServerProcess(engine="fake") as server:
+
+        async def body(stub: Any) -> int:
+            subscription = stub.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest())
+            await subscription.initial_metadata()
+            server.terminate()  # SIGTERM while smg would still be subscribed
+            return await asyncio.to_thread(server.wait, 20.0)
+
+        assert run(server.target, body) == 0

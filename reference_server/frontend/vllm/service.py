@@ -209,10 +209,15 @@ class VllmEngineService(vllm.VllmEngineBase):
         )
 
     async def _tokenizer(self) -> TokenizerZip:
-        """The zip, built once (in a thread) by the first caller; later callers share it."""
+        """The zip, built once (in a thread) by the first caller; later callers share it. A
+        build that failed is tried again by the next caller."""
         if self._tokenizer_zip is None:
             engine = self.ctx.ready_engine()
             self._tokenizer_zip = asyncio.ensure_future(
                 asyncio.to_thread(build_tokenizer_zip, engine.tokenizer, engine.info)
             )
-        return await asyncio.shield(self._tokenizer_zip)
+        try:
+            return await asyncio.shield(self._tokenizer_zip)
+        except Exception as exc:
+            self._tokenizer_zip = None
+            raise GRPCError(Status.INTERNAL, f"cannot build the tokenizer bundle: {exc}") from exc
