@@ -12,7 +12,7 @@ tokens/s is the fair comparison; messages/s is reported too.
 
 ``--compare-without-dialect`` adds a third server, started with ``--no-vllm-dialect`` (no vLLM
 dialect, no KV-cache events), to the same interleaved rounds: what serving smg's dialect costs
-lmrpc.v1 requests.
+lmrpc.v1 requests. The servers take turns going first, round by round.
 """
 
 from __future__ import annotations
@@ -175,8 +175,9 @@ def main() -> None:
             rows = []
             for concurrency in (int(c) for c in args.concurrency.split(",")):
                 runs: dict[str, list[Result]] = {name: [] for name in targets}
-                for _ in range(args.rounds):
-                    for name, target in targets.items():
+                for round_ in range(args.rounds):
+                    order = list(targets.items())
+                    for name, target in order[round_ % len(order) :] + order[: round_ % len(order)]:
                         runs[name].append(
                             asyncio.run(load(target, concurrency, args.seconds, args.max_tokens, name))
                         )

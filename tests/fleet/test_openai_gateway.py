@@ -215,3 +215,12 @@ def test_a_repeated_long_prefix_lands_on_the_replica_that_cached_it(fleet: Fleet
     assert served[holder] == 6 and served[1 - holder] == 0
     # routed on the replica's exact KV events, not on smg's approximate tree
     assert gateway.metric("smg_cache_aware_policy_branch_total", branch="event_hit") - hits_before >= 6
+
+
+def test_embeddings_reach_the_embedding_model(fleet: Fleet) -> None:
+    """smg sends /v1/embeddings to the dialect's Embed: token ids of the generation model's
+    tokenizer, decoded and embedded by the server's embedding model."""
+    response = fleet.client().embeddings.create(model=FAKE_MODEL, input="a sentence to embed")
+    vector = response.data[0].embedding
+    assert len(vector) == 384 and abs(sum(x * x for x in vector) - 1.0) < 1e-3
+    assert response.usage.prompt_tokens > 0

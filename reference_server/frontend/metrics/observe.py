@@ -41,7 +41,9 @@ class ObservedRequestTable(RequestTable):
         return state
 
     def unregister(self, state: RequestState) -> None:
-        self.stats.on_unregister(state.rid, cancelled=state.submitted and not state.complete)
+        self.stats.on_unregister(
+            state.rid, completed=state.complete, cancelled=state.submitted and not state.complete
+        )
         super().unregister(state)
 
     def dispatch(self, events: Any) -> None:

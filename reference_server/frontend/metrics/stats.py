@@ -102,11 +102,11 @@ class ServingStats:
                 self.ttft.observe(now - timing.arrival)
             timing.last_token[event.output_index] = now
 
-    def on_unregister(self, rid: str, *, cancelled: bool) -> None:
+    def on_unregister(self, rid: str, *, completed: bool, cancelled: bool) -> None:
         timing = self._timings.pop(rid, None)
         if cancelled:
             self.cancelled += 1
-        elif timing is not None:
+        if completed and timing is not None:
             self.e2e.observe(time.monotonic() - timing.arrival)
 
     def on_rpc(self, protocol: str, rpc: str, code: str) -> None:
