@@ -9,6 +9,10 @@ the time to first token of every call. The bare server sends one TokenDelta per 
 grpclib allows (yielding to the loop after each message, as the reference server does); its
 tokens/s is the ceiling. The reference server may merge deltas for a busy client (STREAM-9), so
 tokens/s is the fair comparison; messages/s is reported too.
+
+``--compare-without-dialect`` adds a third server, started with ``--no-vllm-dialect`` (no vLLM
+dialect, no KV-cache events), to the same interleaved rounds: what serving smg's dialect costs
+lmrpc.v1 requests. The servers take turns going first, round by round.
 """
 
 from __future__ import annotations
@@ -146,6 +150,10 @@ def main() -> None:
         "--token-delay", type=float, default=0.0,
         help="fake engine seconds per step (0: as fast as it goes; >0 shows one message per token at a set rate)",
     )  # fmt: skip
+    parser.add_argument(
+        "--compare-without-dialect", action="store_true",
+        help="also run a reference server with --no-vllm-dialect, side by side",
+    )  # fmt: skip
     parser.add_argument("--bare-server", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server:
@@ -157,12 +165,19 @@ def main() -> None:
         while not port_file.exists():
             time.sleep(0.05)
         bare_target = f"127.0.0.1:{port_file.read_text()}"
-        with ServerProcess(engine="fake", args=("--fake-token-delay", str(args.token_delay))) as reference:
+        server_args = ("--fake-token-delay", str(args.token_delay))
+        with contextlib.ExitStack() as stack:
+            targets = {"bare": bare_target}
+            targets["lmrpc"] = stack.enter_context(ServerProcess(engine="fake", args=server_args)).target
+            if args.compare_without_dialect:
+                without = ServerProcess(engine="fake", args=(*server_args, "--no-vllm-dialect"))
+                targets["no-dialect"] = stack.enter_context(without).target
             rows = []
             for concurrency in (int(c) for c in args.concurrency.split(",")):
-                runs: dict[str, list[Result]] = {"bare": [], "lmrpc": []}
-                for _ in range(args.rounds):
-                    for name, target in (("bare", bare_target), ("lmrpc", reference.target)):
+                runs: dict[str, list[Result]] = {name: [] for name in targets}
+                for round_ in range(args.rounds):
+                    order = list(targets.items())
+                    for name, target in order[round_ % len(order) :] + order[: round_ % len(order)]:
                         runs[name].append(
                             asyncio.run(load(target, concurrency, args.seconds, args.max_tokens, name))
                         )
@@ -200,6 +215,19 @@ def print_table(rows: list[dict[str, Result]]) -> None:
             f"{ours.tokens_per_s / bare.tokens_per_s:>5.2f} | {ours.messages_per_s:>11.0f} | "
             f"{ours.ttft_p50_ms:>10.1f}/{ours.ttft_p99_ms:<10.1f} | {bare.ttft_p50_ms:>9.1f}/{bare.ttft_p99_ms:<10.1f}"
         )
+    if all("no-dialect" in row for row in rows):
+        print()
+        print(
+            f"{'streams':>7} | {'with dialect tok/s':>18} | {'without tok/s':>13} | {'ratio':>5} | "
+            f"{'with TTFT p50/p99 ms':>20} | {'without TTFT p50/p99 ms':>23}"
+        )
+        for row in rows:
+            ours, without = row["lmrpc"], row["no-dialect"]
+            print(
+                f"{ours.concurrency:>7} | {ours.tokens_per_s:>18.0f} | {without.tokens_per_s:>13.0f} | "
+                f"{ours.tokens_per_s / without.tokens_per_s:>5.2f} | {ours.ttft_p50_ms:>9.1f}/{ours.ttft_p99_ms:<10.1f} | "
+                f"{without.ttft_p50_ms:>11.1f}/{without.ttft_p99_ms:<11.1f}"
+            )
 
 
 if __name__ == "__main__":

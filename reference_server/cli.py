@@ -86,6 +86,17 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         help="require credentials: a file of 'CREDENTIAL ROLE' lines (bearer tokens or cert:COMMON_NAME; "
         "roles client, admin)",
     )
+    parser.add_argument(
+        "--no-vllm-dialect",
+        action="store_true",
+        help="serve lmrpc.v1 only, not also vllm.grpc.engine.VllmEngine (smg's vLLM worker protocol)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics over HTTP on this port (on --host)",
+    )
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
@@ -107,6 +118,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 attention_backend=args.attention,
                 embedding=not args.no_embedding,
                 num_threads=args.threads,
+                kv_events=not args.no_vllm_dialect,  # nothing else consumes them
             ),
             limits=Limits(
                 max_message_bytes=args.max_message_bytes,
@@ -121,6 +133,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
             tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
             auth_file=args.auth,
             max_worker_restarts=args.max_worker_restarts,
+            vllm_dialect=not args.no_vllm_dialect,
+            metrics_port=args.metrics_port,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -85,6 +85,7 @@ class EngineOptions:
     attention_backend: str = "auto"
     embedding: bool = True
     num_threads: int | None = None  # torch threads; None: all cores but two (at least one)
+    kv_events: bool = True  # report the prefix cache as KV-cache events (for smg's routing)
 
     def __post_init__(self) -> None:
         if self.kind not in ("model", "fake"):
@@ -123,11 +124,15 @@ class ServerConfig:
     tls: TlsFiles | None = None  # None: plaintext HTTP/2
     auth_file: str | None = None  # None: no authentication (see frontend/edge/auth.py)
     max_worker_restarts: int = 3  # consecutive restarts after a worker dies; 0: exit instead
+    vllm_dialect: bool = True  # also serve vllm.grpc.engine.VllmEngine (smg's vLLM worker protocol)
+    metrics_port: int | None = None  # Prometheus metrics over HTTP on this port (0: a free one)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port={self.port} must be in [0, 65535]")
         if self.max_worker_restarts < 0:
             raise ValueError(f"max_worker_restarts={self.max_worker_restarts} must be >= 0")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port={self.metrics_port} must be in [0, 65535]")
         if self.startup_timeout_s <= 0 or self.drain_timeout_s < 0:
             raise ValueError("startup_timeout_s must be > 0 and drain_timeout_s >= 0")

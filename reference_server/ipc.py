@@ -279,8 +279,56 @@ class RequestFailed(msgspec.Struct, frozen=True, tag="request_failed"):
     message: str
 
 
+# ── scheduler → frontend: KV-cache events ───────────────────────────────────────────────────
+#
+# The prefix cache as fixed-size blocks, for routers that place requests where their prefix is
+# cached (smg's cache_aware policy). Block i of a cached token path covers its tokens
+# [i * block_size, (i + 1) * block_size); only full blocks exist. A block's hash identifies
+# its whole path (the parent's hash and its own tokens), so equal blocks under different
+# prefixes differ. A parent is stored before its children and removed after them.
+
+
+class KvBlock(msgspec.Struct, frozen=True, array_like=True):
+    block_hash: int  # signed 64-bit
+    token_ids: list[int]  # exactly block_size ids
+
+
+class KvBlocksStored(msgspec.Struct, frozen=True, tag="kv_stored"):
+    """Consecutive blocks of one path, now cached; the first one's parent is given (None: the
+    first block of the path)."""
+
+    parent_block_hash: int | None
+    blocks: list[KvBlock]
+
+
+class KvBlocksRemoved(msgspec.Struct, frozen=True, tag="kv_removed"):
+    block_hashes: list[int]
+
+
+class KvCacheCleared(msgspec.Struct, frozen=True, tag="kv_cleared"):
+    """Every block is gone."""
+
+
+KvCacheEvent = KvBlocksStored | KvBlocksRemoved | KvCacheCleared
+
+
+class KvEvents(msgspec.Struct, frozen=True, tag="kv_events"):
+    """What the prefix cache did since the previous KvEvents, in order."""
+
+    block_size: int
+    events: list[KvCacheEvent]
+
+
 FRONTEND_INBOX = (
-    OutputBatch | Ready | LoadReply | FlushReply | PausedReply | EmbedReply | WorkerFailed | RequestFailed
+    OutputBatch
+    | Ready
+    | LoadReply
+    | FlushReply
+    | PausedReply
+    | EmbedReply
+    | WorkerFailed
+    | RequestFailed
+    | KvEvents
 )
 
 

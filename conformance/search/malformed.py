@@ -37,11 +37,20 @@ class Fault:
 
 
 @cache
-def message_descriptor(full_name: str) -> Descriptor:
+def _pool() -> descriptor_pool.DescriptorPool:
+    """Every message the SDK ships: lmrpc.v1 and the vendored engine protocols."""
     pool = descriptor_pool.DescriptorPool()
-    for file in descriptor_pb2.FileDescriptorSet.FromString(descriptor_set_path().read_bytes()).file:
-        pool.Add(file)
-    return pool.FindMessageTypeByName(full_name)
+    seen: set[str] = set()
+    for path in sorted(descriptor_set_path().parent.glob("descriptor_set*.binpb")):
+        for file in descriptor_pb2.FileDescriptorSet.FromString(path.read_bytes()).file:
+            if file.name not in seen:
+                seen.add(file.name)
+                pool.Add(file)
+    return pool
+
+
+def message_descriptor(full_name: str) -> Descriptor:
+    return _pool().FindMessageTypeByName(full_name)
 
 
 def tag(number: int, wire: int) -> bytes:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from reference_server.ipc import EngineInfo, EngineLoad, SequenceOutput, SubmitRequest
+from reference_server.ipc import EngineInfo, EngineLoad, KvCacheEvent, SequenceOutput, SubmitRequest
 
 
 class Engine(Protocol):
@@ -63,6 +63,11 @@ class Engine(Protocol):
 
     def flush_cache(self) -> int:
         """Drop every cached prefix that no running request uses. Returns KV slots released."""
+        ...
+
+    def drain_kv_events(self) -> list[KvCacheEvent]:
+        """What the prefix cache stored and removed since the last call, in order, as blocks of
+        ``engine.kv_events.KV_EVENT_BLOCK_SIZE`` tokens (see ipc.KvEvents)."""
         ...
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:

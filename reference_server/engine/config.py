@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.models.source import ModelSource, resolve_model
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -24,6 +25,7 @@ class ModelEngineConfig:
     attention_backend: str = "auto"  # auto: flashinfer on CUDA when installed, else sdpa
     load_embedding_model: bool = True
     num_threads: int | None = None  # torch intra-op threads; None: torch's choice (OMP_NUM_THREADS or cores)
+    kv_event_block_size: int = KV_EVENT_BLOCK_SIZE  # 0: no KV-cache events
 
     def __post_init__(self) -> None:
         if self.device.split(":", 1)[0] not in DEVICES:

@@ -11,7 +11,8 @@ Each output draws tokens from a made-up distribution over the real tokenizer's v
 Sampling applies the real rules (penalties, temperature, top-k, top-p, min-p) with a per-output
 ``random.Random(derive_seed(seed, i))``, so seeded outputs are reproducible whatever else runs.
 It goes through the same scheduler and detokenizer path as the real model. It also simulates
-a prefix cache (reported cached tokens) and KV accounting (admission, GetLoad).
+a prefix cache (reported cached tokens, and KV-cache events for every full block of an admitted
+prompt) and KV accounting (admission, GetLoad).
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from reference_server.engine.fake_blocks import FakeBlockCache
 from reference_server.engine.fake_sampling import Candidate, apply_penalties, sample_candidates
+from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.engine.stopping import finish_after, suppressed_ids
 from reference_server.ipc import (
     EngineInfo,
     EngineLoad,
     Finish,
+    KvCacheEvent,
     SequenceOutput,
     SubmitRequest,
     TokenLogprob,
@@ -56,6 +60,7 @@ class FakeEngineConfig:
     kv_tokens: int = 262144
     max_running_sequences: int = 256
     token_delay_s: float = 0.0  # sleep per engine step, to make streams take time
+    kv_event_block_size: int = KV_EVENT_BLOCK_SIZE  # 0: no KV-cache events
 
     def __post_init__(self) -> None:
         if self.token_delay_s < 0:
@@ -100,6 +105,10 @@ class FakeEngine:
         self._held: set[str] = set()  # running groups whose client is not reading (FLOW-1)
         self._stuck = False  # the last step could neither run nor admit anything
         self._prefixes: OrderedDict[int, None] = OrderedDict()  # prefix hash -> (LRU order)
+        self._blocks: FakeBlockCache | None = None
+        if config.kv_event_block_size:
+            b = config.kv_event_block_size
+            self._blocks = FakeBlockCache(config.kv_tokens // b, b)
         self._token_vectors: dict[int, list[float]] = {}
 
     # ── Engine protocol ─────────────────────────────────────────────────────────────────────
@@ -195,7 +204,12 @@ class FakeEngine:
         self._stuck = False
         released = len(self._prefixes)
         self._prefixes.clear()
+        if self._blocks is not None:
+            self._blocks.clear()
         return released
+
+    def drain_kv_events(self) -> list[KvCacheEvent]:
+        return self._blocks.drain_events() if self._blocks is not None else []
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
         if self._tokenize is None:
@@ -235,6 +249,8 @@ class FakeEngine:
                 break
             del self._waiting[rid]
             group.cached_prompt_tokens = self._match_and_insert_prefix(group.request.prompt_ids)
+            if self._blocks is not None:
+                self._blocks.insert(group.request.prompt_ids)
             self._running[rid] = group
             reserved += group.kv_reservation
             running += n

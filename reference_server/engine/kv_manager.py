@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import torch
 
+from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.engine.kv_pool import KVPool, SlotTable
 from reference_server.engine.radix_cache import RadixCache
 from reference_server.engine.sequence import RequestGroup, Sequence
 
 
 class KVManager:
-    def __init__(self, pool: KVPool, table: SlotTable) -> None:
+    def __init__(
+        self, pool: KVPool, table: SlotTable, kv_event_block_size: int = KV_EVENT_BLOCK_SIZE
+    ) -> None:
         self.pool = pool
         self.table = table
-        self.cache = RadixCache()
+        self.cache = RadixCache(kv_event_block_size)
         self.reserved = 0  # sum of admitted groups' kv_reserved
 
     @property

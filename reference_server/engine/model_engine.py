@@ -20,6 +20,7 @@ from reference_server.ipc import (
     EngineInfo,
     EngineLoad,
     Finish,
+    KvCacheEvent,
     SequenceOutput,
     SubmitRequest,
     TokenLogprob,
@@ -56,7 +57,7 @@ class ModelEngine:
         # as many again for them: a full set of held sequences never blocks the running ones.
         rows = config.max_running_sequences * HELD_ROWS_FACTOR
         table = SlotTable(max_rows=rows, max_context_tokens=width, device=self.device)
-        self.kv = KVManager(pool, table)
+        self.kv = KVManager(pool, table, config.kv_event_block_size)
         self.attention = create_attention_backend(
             backend, pool, table, num_heads=mc.num_heads, num_kv_heads=mc.num_kv_heads, head_dim=mc.head_dim,
         )  # fmt: skip
@@ -180,6 +181,9 @@ class ModelEngine:
     def flush_cache(self) -> int:
         self._stuck = False
         return self.kv.flush()
+
+    def drain_kv_events(self) -> list[KvCacheEvent]:
+        return self.kv.cache.drain_events()
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
         if self.embedder is None:

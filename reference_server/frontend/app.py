@@ -20,13 +20,16 @@ import socket
 import ssl
 import time
 from pathlib import Path
+from typing import Any
 
 from grpclib import Status
 from grpclib.health.service import Health
 from grpclib.server import Server
 
 from lmrpc import descriptor_set_path
+from reference_server import ipc
 from reference_server.config import ServerConfig, TlsFiles
+from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.frontend.context import Engine, FrontendContext, Phase, capabilities_for
 from reference_server.frontend.control import ADMIN_METHODS, ControlService
 from reference_server.frontend.edge.auth import Credentials, CredentialsError
@@ -34,8 +37,13 @@ from reference_server.frontend.edge.decoding import StrictDecoder
 from reference_server.frontend.edge.guard import EdgeGuard, EdgePolicy
 from reference_server.frontend.engine_link import WorkerUnavailableError
 from reference_server.frontend.inference import InferenceService
+from reference_server.frontend.kv_events import KvEventHub
+from reference_server.frontend.metrics.exporter import MetricsServer, ServerCollector
+from reference_server.frontend.metrics.observe import ObservedRequestTable, count_rpcs
+from reference_server.frontend.metrics.stats import ServingStats
 from reference_server.frontend.reflection import reflection_services
 from reference_server.frontend.requests import FlowHooks, RequestTable
+from reference_server.frontend.vllm.service import VLLM_ADMIN_METHODS, VllmEngineService
 from reference_server.frontend.workers import WorkerSet
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import load_tokenizer
@@ -62,19 +70,39 @@ class Frontend:
             release=lambda rid: self.ctx.link.set_held(rid, False),
             max_parked_tokens=limits.max_parked_tokens,
         )
-        self.table = RequestTable(limits.abort_grace_s, hooks)
-        self.workers = WorkerSet(config, self.table, self._on_worker_failure)
+        self.stats = ServingStats() if config.metrics_port is not None else None
+        self.table = (
+            RequestTable(limits.abort_grace_s, hooks)
+            if self.stats is None
+            else ObservedRequestTable(limits.abort_grace_s, hooks, self.stats)
+        )
+        self.kv_events = KvEventHub()
+        self.workers = self._worker_set()
         self.ctx = FrontendContext(config, self.table, self.workers.link)
         inference, control = InferenceService(self.ctx), ControlService(self.ctx)
-        health = Health({inference: [self.ctx.health], control: [self.ctx.health]})
-        self.server = Server([inference, control, health, *reflection_services([inference, control, health])])
+        self.control = control
+        services: list[Any] = [inference, control]
+        admin_methods = ADMIN_METHODS
+        if config.vllm_dialect:  # smg's vLLM worker protocol, translated onto the two above
+            services.append(
+                VllmEngineService(self.ctx, inference, control, self.kv_events, self.source, self.stats)
+            )
+            admin_methods |= VLLM_ADMIN_METHODS
+        health = Health({service: [self.ctx.health] for service in services})
+        self.server = Server([*services, health, *reflection_services([*services, health])])
         policy = EdgePolicy(
             max_message_bytes=limits.max_message_bytes,
             stall_timeout_s=limits.stall_timeout_s,
             credentials=credentials,
-            admin_methods=ADMIN_METHODS,
+            admin_methods=admin_methods,
         )
-        EdgeGuard(policy, StrictDecoder([descriptor_set_path().read_bytes()])).install(self.server)
+        descriptor_sets = [
+            p.read_bytes() for p in sorted(descriptor_set_path().parent.glob("descriptor_set*.binpb"))
+        ]
+        EdgeGuard(policy, StrictDecoder(descriptor_sets)).install(self.server)
+        if self.stats is not None:
+            count_rpcs(self.server, self.stats)
+        self.metrics: MetricsServer | None = None
         self.port = 0
         self.exit_code = 0
         self._stop = asyncio.Event()
@@ -93,6 +121,15 @@ class Frontend:
             self.port,
             " with TLS" if tls else "",
         )
+        if self.stats is not None and self.config.metrics_port is not None:
+            collector = ServerCollector(self.stats, self.control, self.kv_events, asyncio.get_running_loop())
+            try:
+                self.metrics = MetricsServer.start(self.config.host, self.config.metrics_port, collector)
+            except OSError as exc:
+                raise StartupError(
+                    f"cannot serve metrics on {self.config.host}:{self.config.metrics_port}: {exc}"
+                ) from None
+            log.info("metrics on http://%s:%d/metrics", self.config.host, self.metrics.port)
         try:
             info = await self.workers.start(self.config.startup_timeout_s)
         except WorkerUnavailableError as exc:
@@ -135,10 +172,17 @@ class Frontend:
     async def close(self) -> None:
         if self._recovery is not None:
             self._recovery.cancel()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.stop)
         if self.port:
             self.server.close()
             await self.server.wait_closed()
         await self.workers.stop()
+
+    def _worker_set(self) -> WorkerSet:
+        workers = WorkerSet(self.config, self.table, self._on_worker_failure)
+        workers.link.on_kv_events = self.kv_events.publish
+        return workers
 
     def _on_worker_failure(self, message: str) -> None:
         log.error("%s: failing %d request(s) in flight", message, len(self.table))
@@ -170,7 +214,8 @@ class Frontend:
                         backoff, self._restarts, self.config.max_worker_restarts)  # fmt: skip
             await self.workers.stop()
             await asyncio.sleep(backoff)
-            self.workers = WorkerSet(self.config, self.table, self._on_worker_failure)
+            self.kv_events.publish(ipc.KvEvents(KV_EVENT_BLOCK_SIZE, [ipc.KvCacheCleared()]))
+            self.workers = self._worker_set()
             self.ctx.link = self.workers.link
             try:
                 await self.workers.start(self.config.startup_timeout_s)

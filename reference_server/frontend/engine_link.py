@@ -56,6 +56,7 @@ class EngineLink:
         self._receiver: asyncio.Task[None] | None = None
         self.failure: str | None = None
         self.on_failure: Callable[[str], None] = lambda message: None
+        self.on_kv_events: Callable[[ipc.KvEvents], None] = lambda message: None
 
     # ── lifecycle ───────────────────────────────────────────────────────────────────────────
 
@@ -161,6 +162,8 @@ class EngineLink:
         elif isinstance(message, ipc.Ready):
             self._ready[message.process] = message
             self._ready_event.set()
+        elif isinstance(message, ipc.KvEvents):
+            self.on_kv_events(message)
         elif isinstance(message, ipc.WorkerFailed):
             log.error("%s failed: %s", message.process, message.message)
             self.fail(f"{message.process} failed: {message.message}")

@@ -122,7 +122,7 @@ class InferenceService(InferenceServiceBase):
         except WorkerUnavailableError as exc:
             state.fail(Status.UNAVAILABLE.value, str(exc))
         else:
-            state.submitted = True
+            self.ctx.table.mark_submitted(state, len(prompt_ids))
         while not stream.done:
             events = await state.next_events()
             if state.failure is not None and not events:

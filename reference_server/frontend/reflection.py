@@ -2,7 +2,8 @@
 
 grpclib's reflection service looks symbols up in protobuf's default descriptor pool, which the
 betterproto2-generated code does not fill. ``buf generate`` also writes the contract as a
-FileDescriptorSet (``gen/descriptor_set.binpb``); it is loaded into the default pool here.
+FileDescriptorSet (``gen/descriptor_set.binpb``), and each vendored contract as another
+(``gen/descriptor_set.<package>.binpb``); they are loaded into the default pool here.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from lmrpc import descriptor_set_path
 
 def load_contract_descriptors() -> None:
     pool = descriptor_pool.Default()
-    files = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set_path().read_bytes())
-    for proto in files.file:
-        try:
-            pool.FindFileByName(proto.name)
-        except KeyError:
-            pool.AddSerializedFile(proto.SerializeToString())
+    for path in sorted(descriptor_set_path().parent.glob("descriptor_set*.binpb")):
+        files = descriptor_pb2.FileDescriptorSet.FromString(path.read_bytes())
+        for proto in files.file:
+            try:
+                pool.FindFileByName(proto.name)
+            except KeyError:
+                pool.AddSerializedFile(proto.SerializeToString())
 
 
 def reflection_services(services: Collection[Any]) -> list[Any]:

@@ -129,6 +129,10 @@ class RequestTable:
         self._by_rid[state.rid] = state
         return state
 
+    def mark_submitted(self, state: RequestState, prompt_tokens: int) -> None:
+        """The request reached the engine with a prompt of ``prompt_tokens`` tokens."""
+        state.submitted = True
+
     def unregister(self, state: RequestState) -> None:
         key = (state.owner, state.request_id)
         if self._by_key.get(key) is state:

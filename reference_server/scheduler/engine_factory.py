@@ -6,6 +6,7 @@ from reference_server.config import EngineOptions
 from reference_server.detokenizer.incremental import DecodeTable
 from reference_server.engine.base import Engine
 from reference_server.engine.fake import FakeEngine, FakeEngineConfig
+from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle, load_tokenizer
 
@@ -23,6 +24,7 @@ def create_engine(options: EngineOptions) -> Engine:
             bos_token_id=tokenizer.bos_token_id,
             sampleable_token_ids=whole_character_tokens(tokenizer),
             token_delay_s=options.fake_token_delay_s,
+            kv_event_block_size=KV_EVENT_BLOCK_SIZE if options.kv_events else 0,
             **_optional(kv_tokens=options.kv_tokens, max_running_sequences=options.max_running_sequences),
         )
         return FakeEngine(config, tokenize=tokenizer.encode if options.embedding else None)
@@ -37,6 +39,7 @@ def create_engine(options: EngineOptions) -> Engine:
             attention_backend=options.attention_backend,
             load_embedding_model=options.embedding,
             num_threads=options.torch_threads,
+            kv_event_block_size=KV_EVENT_BLOCK_SIZE if options.kv_events else 0,
             **_optional(
                 kv_tokens=options.kv_tokens,
                 max_running_sequences=options.max_running_sequences,

@@ -10,6 +10,7 @@ import zmq
 from reference_server import ipc
 from reference_server.config import IpcAddresses, ServerConfig
 from reference_server.engine.base import Engine
+from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.scheduler.engine_factory import create_engine
 from reference_server.worker_io import WorkerSockets, run_worker
 
@@ -50,6 +51,7 @@ class SchedulerLoop:
             self._receive(block=self.paused or not self.engine.has_work())
             if self.running and not self.paused and self.engine.has_work():
                 self._send_outputs(self.engine.step())
+            self._send_kv_events()
 
     def _receive(self, *, block: bool) -> None:
         """Handle every queued message; wait for the first one only if there is nothing to do."""
@@ -126,6 +128,11 @@ class SchedulerLoop:
     def _send_outputs(self, outputs: list[ipc.SequenceOutput]) -> None:
         if outputs:
             self.to_detokenizer.send(ipc.encode(ipc.StepOutputs(outputs)))
+
+    def _send_kv_events(self) -> None:
+        events = self.engine.drain_kv_events()
+        if events:
+            self.to_frontend.send(ipc.encode(ipc.KvEvents(KV_EVENT_BLOCK_SIZE, events)))
 
     def _reply(self, message: ipc.LoadReply | ipc.FlushReply | ipc.PausedReply | ipc.EmbedReply) -> None:
         self.to_frontend.send(ipc.encode(message))

@@ -63,7 +63,12 @@ def main(target: str, pb_dir: str) -> None:
             service: health_pb2.HealthCheckResponse.ServingStatus.Name(
                 health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
             )
-            for service in ("", "lmrpc.v1.InferenceService", "lmrpc.v1.ControlService")
+            for service in (
+                "",
+                "lmrpc.v1.InferenceService",
+                "lmrpc.v1.ControlService",
+                "vllm.grpc.engine.VllmEngine",
+            )
         }
         database = ProtoReflectionDescriptorDatabase(channel)
         seen["services"] = sorted(database.get_services())
@@ -78,6 +83,13 @@ def main(target: str, pb_dir: str) -> None:
             "output": method.output_type.full_name,
             "fields": sorted(method.output_type.fields_by_name),
         }
+        # the vendored smg protocol is described too, with its imports (common.proto)
+        subscribe = (
+            DescriptorPool(database)
+            .FindServiceByName("vllm.grpc.engine.VllmEngine")
+            .FindMethodByName("SubscribeKvEvents")
+        )
+        seen["vllm_subscribe"] = [subscribe.input_type.full_name, subscribe.output_type.full_name]
     print(json.dumps(seen))
 
 

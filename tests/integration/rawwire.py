@@ -30,7 +30,7 @@ class RawResult:
 
 async def raw_call(channel: Channel, path: str, body: bytes, *, timeout: float = 30.0) -> RawResult:
     """Send ``body`` as the one request message of ``path`` and collect what comes back."""
-    cardinality = Cardinality.UNARY_STREAM if path == GENERATE else Cardinality.UNARY_UNARY
+    cardinality = Cardinality.UNARY_STREAM if path.endswith("/Generate") else Cardinality.UNARY_UNARY
     replies: list[bytes] = []
     try:
         async with channel.request(path, cardinality, RawMessage, RawMessage, timeout=timeout) as stream:

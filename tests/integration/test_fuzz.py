@@ -18,6 +18,7 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from rawwire import GENERATE, raw_call
 
 from conformance.search.malformed import Fault, message_descriptor, mutants, named_faults
+from lmrpc._gen.vllm.grpc import engine as vllm
 from lmrpc.v1 import (
     AbortRequest,
     AllRequests,
@@ -61,6 +62,13 @@ SEED_GENERATES = [
 ]
 SEED_ABORTS = [AbortRequest(request_ids=RequestIds(ids=["fz", "other"])), AbortRequest(all=AllRequests())]
 HEALTH_SEED = HealthCheckRequest(service="lmrpc.v1.ControlService").SerializeToString()
+VLLM = "/vllm.grpc.engine.VllmEngine/"
+VLLM_GENERATE = vllm.GenerateRequest(
+    request_id="fz-vllm",
+    tokenized=vllm.TokenizedInput(input_ids=[5, 6, 7]),
+    sampling_params=vllm.SamplingParams(temperature=0.0, max_tokens=3),
+    stream=True,
+)
 
 # request message type -> (method path, valid seed bodies)
 TARGETS: dict[str, tuple[str, list[bytes]]] = {
@@ -76,6 +84,11 @@ TARGETS: dict[str, tuple[str, list[bytes]]] = {
     "lmrpc.v1.ResumeGenerationRequest": (CONTROL + "ResumeGeneration", [b""]),
     "lmrpc.v1.PauseGenerationRequest": (CONTROL + "PauseGeneration", [b""]),
     "grpc.health.v1.HealthCheckRequest": ("/grpc.health.v1.Health/Check", [HEALTH_SEED]),
+    # smg's vLLM worker protocol, served on the same port through the same edge
+    "vllm.grpc.engine.GenerateRequest": (VLLM + "Generate", [bytes(VLLM_GENERATE)]),
+    "vllm.grpc.engine.AbortRequest": (VLLM + "Abort", [bytes(vllm.AbortRequest(request_ids=["fz"]))]),
+    "vllm.grpc.engine.GetLoadsRequest": (VLLM + "GetLoads", [b""]),
+    "vllm.grpc.engine.HealthCheckRequest": (VLLM + "HealthCheck", [b""]),
 }
 
 

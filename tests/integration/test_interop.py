@@ -37,9 +37,12 @@ def test_grpcio_client(
     assert seen["bad_code"] == "INVALID_ARGUMENT" and "temperature" in seen["bad_details"]
     assert seen["cancelled"]
     assert set(seen["health"].values()) == {"SERVING"}
-    assert {"lmrpc.v1.InferenceService", "lmrpc.v1.ControlService", "grpc.health.v1.Health"} <= set(
-        seen["services"]
-    )
+    services = {"lmrpc.v1.InferenceService", "lmrpc.v1.ControlService", "vllm.grpc.engine.VllmEngine"}
+    assert {*services, "grpc.health.v1.Health"} <= set(seen["services"])
+    assert seen["vllm_subscribe"] == [
+        "smg.grpc.common.SubscribeKvEventsRequest",
+        "smg.grpc.common.KvEventBatch",
+    ]
     assert seen["generate"]["server_streaming"] and not seen["generate"]["client_streaming"]
     assert seen["generate"]["output"] == "lmrpc.v1.GenerateResponse"
     assert {"prompt_info", "delta", "finished", "error", "usage"} <= set(seen["generate"]["fields"])
