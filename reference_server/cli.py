@@ -38,6 +38,13 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: all cores but two)"
     )
+    parser.add_argument(
+        "--weights",
+        choices=("dense", "int4"),
+        default="dense",
+        help="dense: all weights in --dtype; int4: layer projections as 4-bit groups of 32, "
+        "exact for a Q4_1 GGUF (CPU, bfloat16)",
+    )
     parser.add_argument("--no-embedding", action="store_true", help="do not load the embedding model")
     parser.add_argument(
         "--max-message-bytes",
@@ -76,6 +83,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 attention_backend=args.attention,
                 embedding=not args.no_embedding,
                 num_threads=args.threads,
+                weights=args.weights,
             ),
             limits=Limits(max_message_bytes=args.max_message_bytes),
             startup_timeout_s=args.startup_timeout,

@@ -37,6 +37,7 @@ def create_engine(options: EngineOptions) -> Engine:
             attention_backend=options.attention_backend,
             load_embedding_model=options.embedding,
             num_threads=options.torch_threads,
+            weights=options.weights,
             **_optional(
                 kv_tokens=options.kv_tokens,
                 max_running_sequences=options.max_running_sequences,
