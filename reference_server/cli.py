@@ -38,6 +38,13 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: all cores but two)"
     )
+    parser.add_argument(
+        "--weights",
+        choices=("dense", "int4"),
+        default="dense",
+        help="dense: all weights in --dtype; int4: layer projections as 4-bit groups of 32, "
+        "exact for a Q4_1 GGUF (CPU, bfloat16)",
+    )
     parser.add_argument("--no-embedding", action="store_true", help="do not load the embedding model")
     parser.add_argument(
         "--max-message-bytes",
@@ -119,6 +126,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 embedding=not args.no_embedding,
                 num_threads=args.threads,
                 kv_events=not args.no_vllm_dialect,  # nothing else consumes them
+                weights=args.weights,
             ),
             limits=Limits(
                 max_message_bytes=args.max_message_bytes,

@@ -86,6 +86,7 @@ class EngineOptions:
     embedding: bool = True
     num_threads: int | None = None  # torch threads; None: all cores but two (at least one)
     kv_events: bool = True  # report the prefix cache as KV-cache events (for smg's routing)
+    weights: str = "dense"  # dense, or int4 (the layers' projections as 4-bit groups of 32)
 
     def __post_init__(self) -> None:
         if self.kind not in ("model", "fake"):
@@ -94,6 +95,8 @@ class EngineOptions:
             raise ValueError(f"fake_token_delay_s={self.fake_token_delay_s} must be >= 0")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads={self.num_threads} must be >= 1")
+        if self.weights not in ("dense", "int4"):
+            raise ValueError(f"weights={self.weights!r} must be 'dense' or 'int4'")
 
     @property
     def torch_threads(self) -> int:

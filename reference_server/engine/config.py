@@ -12,6 +12,7 @@ from reference_server.models.source import ModelSource, resolve_model
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 ATTENTION_BACKENDS = ("auto", "sdpa", "flashinfer")
+WEIGHT_FORMATS = ("dense", "int4")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,9 @@ class ModelEngineConfig:
     load_embedding_model: bool = True
     num_threads: int | None = None  # torch intra-op threads; None: torch's choice (OMP_NUM_THREADS or cores)
     kv_event_block_size: int = KV_EVENT_BLOCK_SIZE  # 0: no KV-cache events
+    # dense: every weight in ``dtype``; int4: the layers' projections as 4-bit groups of 32 (exact
+    # for a Q4_1 GGUF; CPU and bfloat16 only), embeddings and LM head in ``dtype``
+    weights: str = "dense"
 
     def __post_init__(self) -> None:
         if self.device.split(":", 1)[0] not in DEVICES:
@@ -36,6 +40,8 @@ class ModelEngineConfig:
             raise ValueError(
                 f"attention_backend={self.attention_backend!r} must be one of {', '.join(ATTENTION_BACKENDS)}"
             )
+        if self.weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights={self.weights!r} must be one of {', '.join(WEIGHT_FORMATS)}")
         if self.kv_tokens < 1:
             raise ValueError(f"kv_tokens={self.kv_tokens} must be >= 1")
         if self.num_threads is not None and self.num_threads < 1:

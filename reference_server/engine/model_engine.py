@@ -45,7 +45,9 @@ class ModelEngine:
         tokenizer = load_tokenizer(config.source)
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self.bos_token_id = tokenizer.bos_token_id
-        self.model = load_llama(config.source, device=self.device, dtype=self.dtype)
+        self.model = load_llama(
+            config.source, device=self.device, dtype=self.dtype, int4_weights=config.weights == "int4"
+        )
         mc = self.model.config
         backend = resolve_backend(config.attention_backend, self.device)
         pool = KVPool(
@@ -67,8 +69,9 @@ class ModelEngine:
         self._rejected: list[SequenceOutput] = []
         self._stuck = False  # the last step could neither run nor admit anything
         log.info(
-            "model engine: %s on %s (%s), attention %s, %d KV slots",
-            config.source.model_id, self.device, self.dtype, self.attention.name, config.kv_tokens,
+            "model engine: %s on %s (%s, %s weights), attention %s, %d KV slots, %d torch threads",
+            config.source.model_id, self.device, self.dtype, config.weights, self.attention.name,
+            config.kv_tokens, torch.get_num_threads(),
         )  # fmt: skip
 
     # ── Engine protocol ─────────────────────────────────────────────────────────────────────

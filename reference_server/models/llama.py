@@ -20,6 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reference_server.models.int4_linear import Int4Linear
+from reference_server.models.packed_linear import PackedLinear
+
 MIN_GEMM_ROWS = 4
 
 
@@ -100,14 +103,17 @@ class RotaryEmbedding:
         self.sin = freqs.sin().to(device)
 
     def angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [T, 1, D/2] for the step's positions (shared by every layer)."""
-        return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+        """[cos, cos] and [-sin, sin], [T, 1, D], for the step's positions (shared by every layer)."""
+        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+        return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
 
     @staticmethod
     def rotate(x: torch.Tensor, angles: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        cos, sin = angles
-        x1, x2 = x.float().chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+        """(x1, x2) → (x1 cos - x2 sin, x2 cos + x1 sin), as x * [cos, cos] + (x2, x1) * [-sin, sin]:
+        the same products and sums in the same order, in a third of the ops."""
+        cos, signed_sin = angles
+        xf = x.float()
+        return (xf * cos + xf.roll(x.shape[-1] // 2, dims=-1) * signed_sin).to(x.dtype)
 
 
 class DecoderLayer(nn.Module):
@@ -117,22 +123,24 @@ class DecoderLayer(nn.Module):
         self.config = config
         h, i = config.hidden_size, config.intermediate_size
         self.input_norm = RMSNorm(h, config.rms_norm_eps, dtype)
-        self.qkv_proj = _linear(h, config.q_size + 2 * config.kv_size, dtype)
-        self.o_proj = _linear(config.q_size, h, dtype)
+        # nn.Linear, or Int4Linear after load_hf_state_dict(..., int4_weights=True)
+        self.qkv_proj: nn.Module = _linear(h, config.q_size + 2 * config.kv_size, dtype)
+        self.o_proj: nn.Module = _linear(config.q_size, h, dtype)
         self.post_attention_norm = RMSNorm(h, config.rms_norm_eps, dtype)
-        self.gate_up_proj = _linear(h, 2 * i, dtype)
-        self.down_proj = _linear(i, h, dtype)
+        self.gate_up_proj: nn.Module = _linear(h, 2 * i, dtype)
+        self.down_proj: nn.Module = _linear(i, h, dtype)
 
     def forward(
         self, x: torch.Tensor, angles: tuple[torch.Tensor, torch.Tensor], attention: Attention
     ) -> torch.Tensor:
         c = self.config
         rows = x.shape[0]
-        qkv = self.qkv_proj(self.input_norm(x))
-        q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
-        q = RotaryEmbedding.rotate(q.view(rows, c.num_heads, c.head_dim), angles)
-        k = RotaryEmbedding.rotate(k.view(rows, c.num_kv_heads, c.head_dim), angles)
-        out = attention.forward(self.index, q, k, v.view(rows, c.num_kv_heads, c.head_dim))
+        qkv: torch.Tensor = self.qkv_proj(self.input_norm(x))
+        heads = c.num_heads + c.num_kv_heads
+        qk = RotaryEmbedding.rotate(qkv[:, : heads * c.head_dim].view(rows, heads, c.head_dim), angles)
+        q, k = qk[:, : c.num_heads], qk[:, c.num_heads :]
+        v = qkv[:, heads * c.head_dim :].view(rows, c.num_kv_heads, c.head_dim)
+        out = attention.forward(self.index, q, k, v)
         x = x + self.o_proj(out.reshape(rows, c.q_size)).float()
         gate, up = self.gate_up_proj(self.post_attention_norm(x)).chunk(2, dim=-1)
         mlp: torch.Tensor = self.down_proj(F.silu(gate) * up)
@@ -151,6 +159,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(h, config.rms_norm_eps, dtype)
         self.rope = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_context_tokens, device)
         self.lm_head = None if config.tie_embeddings else _linear(h, config.vocab_size, dtype)
+        self.packed_head: PackedLinear | None = None  # see prepack_weights
         self.requires_grad_(False)
         self.to_empty(device=device)
 
@@ -176,18 +185,46 @@ class LlamaModel(nn.Module):
         rows = hidden.shape[0]
         if rows < MIN_GEMM_ROWS:
             hidden = F.pad(hidden, (0, 0, 0, MIN_GEMM_ROWS - rows))
+        if self.packed_head is not None:
+            logits: torch.Tensor = self.packed_head(hidden)
+            return logits[:rows].float()
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(hidden, weight)[:rows].float()
 
-    def load_hf_state_dict(self, weights: dict[str, torch.Tensor]) -> None:
+    def prepack_weights(self, batch_hint: int) -> None:
+        """Replace every dense bf16 projection and the LM head by a ``PackedLinear`` (same
+        numbers, no per-call weight reorder). The tied embedding table stays for the lookup."""
+        for layer in self.layers:
+            for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
+                linear = getattr(layer, name)
+                if isinstance(linear, nn.Linear):
+                    setattr(layer, name, PackedLinear(linear.weight, batch_hint))
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        self.packed_head = PackedLinear(head, batch_hint)
+
+    def load_hf_state_dict(self, weights: dict[str, torch.Tensor], *, int4_weights: bool = False) -> None:
         """Load Hugging Face-named Llama weights (any float dtype), fusing qkv and gate/up.
-        Consumes ``weights`` (entries are popped) to keep the peak memory low."""
+        Consumes ``weights`` (entries are popped) to keep the peak memory low. With
+        ``int4_weights`` the four projections of every layer become ``Int4Linear`` (quantized from
+        the weights as given, so a Q4_1 GGUF's values come back exactly); the embeddings, the
+        LM head and the norms stay in the model's dtype."""
         dtype = self.embed_tokens.weight.dtype
 
         def take(name: str) -> torch.Tensor:
             if name not in weights:
                 raise ValueError(f"checkpoint lacks tensor {name!r}")
             return weights.pop(name).to(dtype)
+
+        def take_raw(name: str) -> torch.Tensor:
+            if name not in weights:
+                raise ValueError(f"checkpoint lacks tensor {name!r}")
+            return weights.pop(name).float()
+
+        def project(layer: DecoderLayer, attribute: str, weight: torch.Tensor) -> None:
+            if int4_weights:
+                setattr(layer, attribute, Int4Linear(weight, dtype))
+            else:
+                getattr(layer, attribute).weight.copy_(weight.to(dtype))
 
         with torch.no_grad():
             self.embed_tokens.weight.copy_(take("model.embed_tokens.weight"))
@@ -201,11 +238,11 @@ class LlamaModel(nn.Module):
                 assert isinstance(layer, DecoderLayer)
                 layer.input_norm.weight.copy_(take(p + "input_layernorm.weight"))
                 layer.post_attention_norm.weight.copy_(take(p + "post_attention_layernorm.weight"))
-                attn = [take(p + f"self_attn.{n}_proj.weight") for n in ("q", "k", "v")]
-                layer.qkv_proj.weight.copy_(torch.cat(attn))
-                layer.o_proj.weight.copy_(take(p + "self_attn.o_proj.weight"))
-                mlp = [take(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")]
-                layer.gate_up_proj.weight.copy_(torch.cat(mlp))
-                layer.down_proj.weight.copy_(take(p + "mlp.down_proj.weight"))
+                attn = [take_raw(p + f"self_attn.{n}_proj.weight") for n in ("q", "k", "v")]
+                project(layer, "qkv_proj", torch.cat(attn))
+                project(layer, "o_proj", take_raw(p + "self_attn.o_proj.weight"))
+                mlp = [take_raw(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")]
+                project(layer, "gate_up_proj", torch.cat(mlp))
+                project(layer, "down_proj", take_raw(p + "mlp.down_proj.weight"))
         if weights:
             raise ValueError(f"checkpoint has unexpected tensors: {sorted(weights)[:5]}")

@@ -6,14 +6,21 @@ chunking around it, and greedy tokens then differ between a request alone and in
 backend computes each output row in an order that depends only on that row:
 
 - keys are gathered per sequence and padded to a multiple of ``KV_BLOCK`` (padding masked);
-- scores are one float32 GEMM over head_dim (queries pre-scaled), with at least
-  ``MIN_QUERY_ROWS`` query rows (MKL uses another kernel for fewer rows);
+- scores are one GEMM over head_dim (queries pre-scaled), with at least ``MIN_QUERY_ROWS``
+  query rows (MKL uses another kernel for fewer rows);
 - P·V is a GEMM per block of ``KV_BLOCK`` keys (fixed shape); the softmax denominator is a
   sum per block of keys (fixed length);
 - block results are added in a pairwise tree fixed by block index (``_tree_sum``), so the zero
   blocks of padding never change a sum; ``Tensor.sum`` picks its order from the total length.
 
 Decode rows (one new token) of all sequences share one gather and one GEMM per KV head.
+
+Precision: scores and probabilities are in the KV cache's dtype, so both GEMMs run in it
+(oneDNN's bf16 GEMMs are ~6x faster than float32 ones here, and per-row invariant like them);
+the softmax's exp is computed in float32 and stored in that dtype, its sums and the sum of the
+per-block outputs are float32. In bf16 the queries and keys are bf16 already, so a score's
+products are exact and rounding it to bf16 adds an error of the size its inputs carry; a
+float32 cache keeps every step float32.
 """
 
 from __future__ import annotations
@@ -28,13 +35,16 @@ from reference_server.engine.kv_pool import KVPool, SlotTable
 
 KV_BLOCK = 64
 MIN_QUERY_ROWS = 4
-PREFILL_TILE_TOKENS = 128  # bounds the [rows, keys] score matrix of a long prefill chunk
+PREFILL_TILE_TOKENS = 128  # query tokens of one prefill tile, at most
+# Scores of one tile and KV head, at most: a long context gets shorter tiles, so the temporaries
+# of a tile stay a few MB (larger ones are fresh mmaps whose page faults cost more than the math).
+PREFILL_TILE_SCORES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
 class _DecodePlan:
     q_index: torch.Tensor  # [B] rows of the flattened batch
-    slots: torch.Tensor  # [B * L] slots to gather (padding points at stale slots)
+    rows: torch.Tensor  # [KVH * B * L] pool rows to gather, head-major (padding: stale slots)
     hidden: torch.Tensor  # [1, B, 1, L - first_hidden] keys to mask, from first_hidden on
     first_hidden: int  # every key before this one is visible to every row
     batch: int
@@ -53,7 +63,7 @@ class _PrefillTile:
 
 @dataclass(frozen=True, slots=True)
 class _PrefillPlan:
-    slots: torch.Tensor  # [L] slots of the sequence's keys
+    rows: torch.Tensor  # [KVH * L] pool rows of the sequence's keys, head-major
     tiles: list[_PrefillTile]
 
 
@@ -71,6 +81,7 @@ class SdpaBackend:
         self.head_dim = head_dim
         self.scale = head_dim**-0.5
         self.device = pool.k[0].device
+        self.dtype = pool.dtype  # the dtype of both attention GEMMs
         self._batch: AttentionBatch | None = None
         self._decode: _DecodePlan | None = None
         self._prefills: list[_PrefillPlan] = []
@@ -89,8 +100,8 @@ class SdpaBackend:
         if self._decode is not None:
             out.index_copy_(0, self._decode.q_index, self._attend_decode(layer, q, self._decode))
         for plan in self._prefills:
-            keys = self.pool.k[layer].index_select(0, plan.slots).float()  # [L, KVH, D]
-            values = self.pool.v[layer].index_select(0, plan.slots).float()
+            keys = self._gather(self.pool.k[layer], plan.rows)  # [KVH, L, D]
+            values = self._gather(self.pool.v[layer], plan.rows)
             for tile in plan.tiles:
                 rows = slice(tile.q_start, tile.q_start + tile.q_len)
                 out[rows] = self._attend_prefill(q[rows], keys, values, tile).to(q.dtype)
@@ -108,7 +119,7 @@ class SdpaBackend:
         hidden = positions[None, :] >= kv_lens[:, None]
         return _DecodePlan(
             q_index=torch.tensor([s.q_start for s in spans], device=self.device),
-            slots=slots.reshape(-1),
+            rows=self._head_major(slots.reshape(-1)),
             hidden=hidden[None, :, None, :],
             first_hidden=first_hidden,
             batch=len(spans),
@@ -118,8 +129,9 @@ class SdpaBackend:
     def _plan_prefill(self, span: SeqSpan) -> _PrefillPlan:
         first_pos = span.kv_len - span.q_len
         tiles = []
-        for start in range(0, span.q_len, PREFILL_TILE_TOKENS):
-            q_len = min(PREFILL_TILE_TOKENS, span.q_len - start)
+        tile_tokens = max(MIN_QUERY_ROWS, min(PREFILL_TILE_TOKENS, self._tile_tokens(span.kv_len)))
+        for start in range(0, span.q_len, tile_tokens):
+            q_len = min(tile_tokens, span.q_len - start)
             length = _padded(first_pos + start + q_len)
             pos = torch.arange(first_pos + start, first_pos + start + q_len, device=self.device)
             pos = pos.repeat_interleave(self.group)
@@ -131,48 +143,57 @@ class SdpaBackend:
             tiles.append(_PrefillTile(span.q_start + start, q_len, length, pos.numel(), hidden, first_hidden))
         total = _padded(span.kv_len)
         slots = self.table.rows[span.row, :total]
-        return _PrefillPlan(slots=slots, tiles=tiles)
+        return _PrefillPlan(rows=self._head_major(slots), tiles=tiles)
+
+    def _tile_tokens(self, kv_len: int) -> int:
+        return PREFILL_TILE_SCORES // (self.group * _padded(kv_len))
+
+    def _head_major(self, slots: torch.Tensor) -> torch.Tensor:
+        """Rows of the pool viewed as [slots * KVH, D] that gather ``slots`` as [KVH, n, D]: one
+        contiguous [n, D] matrix per KV head, what the batched GEMMs take without a copy."""
+        heads = torch.arange(self.num_kv_heads, device=self.device)[:, None]
+        return (slots.to(torch.int64)[None, :] * self.num_kv_heads + heads).reshape(-1)
+
+    def _gather(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """cache [slots, KVH, D] → [KVH, n, D] for head-major ``rows``."""
+        return cache.view(-1, self.head_dim).index_select(0, rows).view(self.num_kv_heads, -1, self.head_dim)
 
     # ── attention math ─────────────────────────────────────────────────────────────────────
 
     def _attend_decode(self, layer: int, q: torch.Tensor, plan: _DecodePlan) -> torch.Tensor:
         b, length, kvh, d, g = plan.batch, plan.length, self.num_kv_heads, self.head_dim, self.group
-        keys = self.pool.k[layer].index_select(0, plan.slots).view(b, length, kvh, d).float()
-        values = self.pool.v[layer].index_select(0, plan.slots).view(b, length, kvh, d).float()
-        queries = (q.index_select(0, plan.q_index).float() * self.scale).view(b, kvh, g, d)
+        dtype = self.dtype
+        keys = self._gather(self.pool.k[layer], plan.rows).view(kvh * b, length, d)
+        values = self._gather(self.pool.v[layer], plan.rows).view(kvh, b, length // KV_BLOCK, KV_BLOCK, d)
+        queries = (q.index_select(0, plan.q_index).to(dtype) * self.scale).view(b, kvh, g, d)
         rows = max(g, MIN_QUERY_ROWS)
-        if rows > g:
-            queries = F.pad(queries, (0, 0, 0, rows - g))
-        scores = torch.empty((kvh, b, rows, length), device=q.device)
-        for h in range(kvh):
-            torch.bmm(queries[:, h], keys[:, :, h].transpose(1, 2), out=scores[h])
+        queries = F.pad(queries.transpose(0, 1), (0, 0, 0, rows - g)).contiguous()  # [KVH, B, rows, D]
+        scores = torch.bmm(queries.view(kvh * b, rows, d), keys.transpose(1, 2)).view(kvh, b, rows, length)
         probs, denom = _softmax(scores, plan.hidden, plan.first_hidden)
         blocks = length // KV_BLOCK
         prob_blocks = probs.view(kvh, b, rows, blocks, KV_BLOCK).transpose(2, 3)
-        partial = torch.empty((kvh, b, blocks, rows, d), device=q.device)
-        for h in range(kvh):
-            torch.matmul(prob_blocks[h], values[:, :, h].view(b, blocks, KV_BLOCK, d), out=partial[h])
-        out = _tree_sum(partial, 2) / denom[..., None]  # [KVH, B, rows, D]
+        partial = torch.matmul(prob_blocks, values)  # [KVH, B, blocks, rows, D]
+        out = _tree_sum(partial.float(), 2) / denom[..., None]  # [KVH, B, rows, D]
         return out[:, :, :g].permute(1, 0, 2, 3).reshape(b, self.num_heads, d).to(q.dtype)
 
     def _attend_prefill(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, tile: _PrefillTile
     ) -> torch.Tensor:
-        """q [n, H, D]; keys/values [L, KVH, D] float32 → [n, H, D] float32."""
+        """q [n, H, D]; keys/values [KVH, L, D] in the cache's dtype → [n, H, D] float32."""
         n, kvh, g, d = tile.q_len, self.num_kv_heads, self.group, self.head_dim
-        queries = (q.float() * self.scale).view(n, kvh, g, d).permute(1, 0, 2, 3).reshape(kvh, n * g, d)
+        queries = (
+            (q.to(self.dtype) * self.scale).view(n, kvh, g, d).permute(1, 0, 2, 3).reshape(kvh, n * g, d)
+        )
         rows = tile.rows
         if rows > n * g:
             queries = F.pad(queries, (0, 0, 0, rows - n * g))
         length = tile.length
-        k = keys[:length].permute(1, 2, 0)  # [KVH, D, L]
-        scores = torch.bmm(queries, k)
+        scores = torch.bmm(queries, keys[:, :length].transpose(1, 2))
         probs, denom = _softmax(scores, tile.hidden, tile.first_hidden)
         blocks = length // KV_BLOCK
         prob_blocks = probs.view(kvh, rows, blocks, KV_BLOCK).transpose(1, 2)
-        v = values[:length].view(blocks, KV_BLOCK, kvh, d).permute(2, 0, 1, 3)  # [KVH, blocks, S, D]
-        partial = torch.matmul(prob_blocks, v)  # [KVH, blocks, rows, D]
-        out = _tree_sum(partial, 1) / denom[..., None]  # [KVH, rows, D]
+        partial = torch.matmul(prob_blocks, values[:, :length].view(kvh, blocks, KV_BLOCK, d))
+        out = _tree_sum(partial.float(), 1) / denom[..., None]  # [KVH, rows, D]
         return out[:, : n * g].view(kvh, n, g, d).permute(1, 0, 2, 3).reshape(n, self.num_heads, d)
 
 
@@ -183,7 +204,7 @@ def _softmax(
     their row sums [..., rows]. Only keys from ``first_hidden`` on can be masked."""
     scores[..., first_hidden:].masked_fill_(hidden, float("-inf"))
     scores.sub_(scores.amax(-1, keepdim=True)).exp_()
-    block_sums = scores.view(*scores.shape[:-1], -1, KV_BLOCK).sum(-1)  # fixed-length sums
+    block_sums = scores.view(*scores.shape[:-1], -1, KV_BLOCK).sum(-1, dtype=torch.float32)  # fixed length
     return scores, _tree_sum(block_sums, -1)
 
 

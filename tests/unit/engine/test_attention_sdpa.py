@@ -87,3 +87,12 @@ def test_rows_do_not_depend_on_chunking_or_batch(dtype: torch.dtype) -> None:
     batched = h.step([(3, 151, 1), (0, 299, 1), (2, 4, 1), (1, 62, 1)])[1]
     assert torch.equal(alone, whole[299:])
     assert torch.equal(batched, whole[299:])
+
+
+def test_rows_do_not_depend_on_the_prefill_tile_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Long contexts get shorter prefill tiles (PREFILL_TILE_SCORES); a row's output must not move."""
+    h = Harness(torch.bfloat16)
+    (whole,) = h.step([(0, 0, 300)])  # tiles of 128 tokens
+    monkeypatch.setattr("reference_server.engine.attention.sdpa.PREFILL_TILE_SCORES", 3 * 320 * 7)
+    (small_tiles,) = h.step([(0, 0, 300)])  # tiles of 7 tokens
+    assert torch.equal(small_tiles, whole)

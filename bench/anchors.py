@@ -1,0 +1,309 @@
+"""lmrpc against llama.cpp's llama-server on the same model, same threads, one interleaved run.
+
+    python bench/anchors.py [--threads 1] [--concurrency 1,8,32] [--rounds 3] [--seconds 12]
+                            [--prefill 2048,8000] [--prefill-rounds 1] [--build] [--json out.json]
+
+Servers, all started once and left up (an idle one uses no CPU):
+- ``lmrpc``: the reference server (``--engine model``), bf16 weights dequantized from the
+  embedded SmolLM2-135M Q4_1 GGUF, ``--threads N``;
+- ``llama.cpp Q4_1``: llama-server on that same GGUF (its own Q4_1 kernels);
+- ``llama.cpp bf16``: llama-server on a bf16 GGUF written by ``bench/gguf_bf16.py`` from the same
+  dequantized values, so precision is equal both ways;
+- with ``--lmrpc-extra "ARGS"``, a second lmrpc server with those extra arguments.
+llama-server runs with ``--threads N --threads-batch N``, one slot per stream, one shared KV
+buffer (``--kv-unified``), its prompt cache on (lmrpc has its prefix cache on too).
+
+Workloads, every request sent as the same token ids to every server (chat-templated prompts of
+~48 tokens, distinct per request; greedy, EOS ignored, ``--max-tokens`` fixed):
+- streams: c clients send requests back to back; after ``--warmup`` seconds, tokens received in
+  a ``--seconds`` window give aggregate decode tokens/s, and every request started in the window
+  gives a TTFT sample (p50, p99);
+- prefill: one request of exactly N prompt tokens (unique per round, so no cache helps) and
+  max_tokens 1; its TTFT.
+Each round visits every setting on every server in turn; medians over rounds are reported,
+with the load average (the machine may be shared: compare only numbers from one run).
+The llama-server binary is built by ``bench/build_llama_server.sh`` (``--build`` runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gguf_bf16 import ensure_bf16
+from llama_cpp import LlamaServer, llama_server_binary
+
+from lmrpc.client import LmrpcClient
+from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
+from reference_server.models.source import resolve_model
+from reference_server.models.tokenizer import TokenizerBundle, load_tokenizer
+from reference_server.testing import ServerProcess
+
+TOPICS = ("the sea", "a lighthouse", "autumn", "a robot", "the moon", "a city", "trains", "bread")
+FILLER = (
+    "The old harbour town woke slowly: gulls argued over the fish market, a baker pulled the first "
+    "loaves from the oven, and the ferry's horn rolled across the grey water toward the islands. "
+)
+
+
+class Target(Protocol):
+    name: str
+
+    def stream(self, prompt_ids: list[int], max_tokens: int) -> AsyncIterator[int]:
+        """Greedy generation, EOS ignored: the token count of each event as it arrives."""
+        ...
+
+
+class LmrpcTarget:
+    def __init__(self, name: str, server: ServerProcess) -> None:
+        self.name = name
+        self.server = server
+
+    async def stream(self, prompt_ids: list[int], max_tokens: int) -> AsyncIterator[int]:
+        request = GenerateRequest(
+            token_ids=TokenIds(ids=prompt_ids),
+            sampling=SamplingParams(temperature=0.0),
+            stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
+        )
+        async with LmrpcClient.connect(self.server.target) as client:
+            async for response in client.stream(request, timeout=900):
+                if response.delta is not None and response.delta.token_ids:
+                    yield len(response.delta.token_ids)
+
+
+class LlamaTarget:
+    def __init__(self, name: str, server: LlamaServer) -> None:
+        self.name = name
+        self.server = server
+
+    def stream(self, prompt_ids: list[int], max_tokens: int) -> AsyncIterator[int]:
+        return self.server.stream(prompt_ids, max_tokens)
+
+
+@dataclass
+class Sample:
+    target: str
+    setting: str
+    round: int
+    tokens_per_s: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    requests: int
+    load_average: float
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def streams(
+    target: Target, prompts: list[list[int]], c: int, max_tokens: int, warmup: float, seconds: float
+) -> tuple[float, list[float], int]:
+    """Aggregate tokens/s in the window, TTFTs of requests started in it, requests started."""
+    counter = itertools.count()
+    ttfts: list[float] = []
+    tokens = 0
+    start = time.perf_counter()
+    window = (start + warmup, start + warmup + seconds)
+
+    async def client() -> None:
+        nonlocal tokens
+        while True:
+            prompt = prompts[next(counter) % len(prompts)]
+            started = time.perf_counter()
+            first = True
+            async for count in target.stream(prompt, max_tokens):
+                now = time.perf_counter()
+                if first and window[0] <= started <= window[1]:
+                    ttfts.append(now - started)
+                first = False
+                if window[0] <= now <= window[1]:
+                    tokens += count
+
+    tasks = [asyncio.create_task(client()) for _ in range(c)]
+    await asyncio.sleep(warmup + seconds)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.sleep(1.0)  # let the server notice the closed streams before the next setting
+    return tokens / seconds, ttfts, len(ttfts)
+
+
+async def first_token(target: Target, prompt: list[int]) -> float:
+    started = time.perf_counter()
+    async for _ in target.stream(prompt, 1):
+        return time.perf_counter() - started
+    raise RuntimeError(f"{target.name} returned no token")
+
+
+# ── prompts ─────────────────────────────────────────────────────────────────────────────────
+
+
+def chat_prompts(tokenizer: TokenizerBundle, count: int) -> list[list[int]]:
+    texts = [
+        f"Request {i}: write a long, detailed story about {TOPICS[i % len(TOPICS)]} for a curious child."
+        for i in range(count)
+    ]
+    return [tokenizer.encode_chat([{"role": "user", "content": t}]) for t in texts]
+
+
+def long_prompt(tokenizer: TokenizerBundle, num_tokens: int, salt: int) -> list[int]:
+    """Exactly ``num_tokens`` ids of plain prose, different from the first token on per salt."""
+    ids = tokenizer.encode(f"Document {salt}. " + FILLER * (num_tokens // 30 + 2))
+    return ids[:num_tokens]
+
+
+# ── driver ──────────────────────────────────────────────────────────────────────────────────
+
+
+def summarize(samples: list[Sample], targets: list[str]) -> dict[str, dict[str, dict[str, float]]]:
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for s in samples:
+        table.setdefault(s.setting, {}).setdefault(s.target, {})
+    for setting, by_target in table.items():
+        for name in targets:
+            runs = [s for s in samples if s.setting == setting and s.target == name]
+            if runs:
+                by_target[name] = {
+                    "tokens_per_s": statistics.median(r.tokens_per_s for r in runs),
+                    "ttft_p50_ms": statistics.median(r.ttft_p50_ms for r in runs),
+                    "ttft_p99_ms": statistics.median(r.ttft_p99_ms for r in runs),
+                    "rounds": len(runs),
+                }
+    return table
+
+
+def print_tables(table: dict[str, dict[str, dict[str, float]]], targets: list[str], threads: int) -> None:
+    lmrpc, anchors = targets[0], [t for t in targets if t.startswith("llama.cpp")]
+    others = [t for t in targets[1:] if not t.startswith("llama.cpp")]
+    head = ["threads", "streams"] + [f"{t} tok/s" for t in targets] + [f"{lmrpc} / {a}" for a in anchors]
+    head += [f"{o} / {a}" for o in others for a in anchors]
+    head += [f"TTFT p50 / p99 ms: {t}" for t in targets]
+    print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for setting, by_target in table.items():
+        if not setting.startswith("streams="):
+            continue
+        tps = {t: by_target[t]["tokens_per_s"] for t in targets}
+        cells = [str(threads), setting.removeprefix("streams=")] + [f"{tps[t]:.1f}" for t in targets]
+        cells += [f"{tps[lmrpc] / tps[a]:.2f}" for a in anchors]
+        cells += [f"{tps[o] / tps[a]:.2f}" for o in others for a in anchors]
+        cells += [f"{by_target[t]['ttft_p50_ms']:.0f} / {by_target[t]['ttft_p99_ms']:.0f}" for t in targets]
+        print("| " + " | ".join(cells) + " |")
+    prefill = [s for s in table if s.startswith("prefill=")]
+    if prefill:
+        head = ["threads", "prompt tokens"] + [f"{t} TTFT s" for t in targets]
+        head += [f"{lmrpc} / {a}" for a in anchors]
+        print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+        for setting in prefill:
+            secs = {t: table[setting][t]["ttft_p50_ms"] / 1000 for t in targets}
+            cells = [str(threads), setting.removeprefix("prefill=")] + [f"{secs[t]:.2f}" for t in targets]
+            cells += [f"{secs[lmrpc] / secs[a]:.2f}" for a in anchors]
+            print("| " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads / llama.cpp threads")
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=12.0, help="measurement window per setting")
+    parser.add_argument("--warmup", type=float, default=4.0, help="seconds of load before each window")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--prefill", default="2048,8000", help="prompt lengths for TTFT ('' for none)")
+    parser.add_argument("--prefill-rounds", type=int, default=1)
+    parser.add_argument("--lmrpc-extra", default=None, help="also run an lmrpc server with these args")
+    parser.add_argument("--skip-q4", action="store_true", help="no llama.cpp Q4_1 server")
+    parser.add_argument("--build", action="store_true", help="build llama-server if it is missing")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    concurrency = [int(c) for c in args.concurrency.split(",")]
+    prefill_lengths = [int(n) for n in args.prefill.split(",") if n]
+    source = resolve_model(None)
+    tokenizer = load_tokenizer(source)
+    prompts = chat_prompts(tokenizer, 64)
+    binary = llama_server_binary(build=args.build)
+    bf16 = ensure_bf16(Path(source.path))
+    context = max([8192, *(n + 16 for n in prefill_lengths)]) + max(concurrency) * (args.max_tokens + 64)
+    lmrpc_args = ["--threads", str(args.threads), "--no-embedding", "--kv-tokens", "32768"]
+    lmrpc_args += ["--max-running", str(max(64, *concurrency))]
+    print(f"llama-server: {binary}\nbf16 GGUF: {bf16}\nthreads {args.threads}, max_tokens {args.max_tokens}, "
+          f"window {args.seconds}s after {args.warmup}s, {args.rounds} rounds, {os.cpu_count()} cores")  # fmt: skip
+
+    samples: list[Sample] = []
+    with ExitStack() as stack:
+        targets: list[Target] = []
+
+        def start_lmrpc(name: str, extra: list[str]) -> None:
+            server = ServerProcess(engine="model", args=(*lmrpc_args, *extra), startup_timeout_s=600)
+            targets.append(LmrpcTarget(name, stack.enter_context(server)))
+
+        def start_llama(name: str, model: Path) -> None:
+            server = LlamaServer(binary, model, threads=args.threads, slots=max(concurrency), context=context)
+            targets.append(LlamaTarget(name, stack.enter_context(server)))
+
+        start_lmrpc("lmrpc", [])
+        if args.lmrpc_extra:
+            start_lmrpc("lmrpc " + args.lmrpc_extra, shlex.split(args.lmrpc_extra))
+        if not args.skip_q4:
+            start_llama("llama.cpp Q4_1", Path(source.path))
+        start_llama("llama.cpp bf16", bf16)
+        names = [t.name for t in targets]
+
+        def record(sample: Sample) -> None:
+            samples.append(sample)
+            print(
+                f"  round {sample.round} {sample.setting:<14} {sample.target:<22} {sample.tokens_per_s:8.1f} tok/s  "
+                f"TTFT p50 {sample.ttft_p50_ms:8.1f} ms  p99 {sample.ttft_p99_ms:8.1f} ms  "
+                f"load {sample.load_average:.2f}",
+                flush=True,
+            )
+
+        for target in targets:  # warm up every server (first-call allocations, page faults)
+            asyncio.run(streams(target, prompts, 2, 16, 0.0, 2.0))
+        for r in range(args.rounds):
+            for c in concurrency:
+                for target in targets:
+                    run = streams(target, prompts, c, args.max_tokens, args.warmup, args.seconds)
+                    tps, ttfts, n = asyncio.run(run)
+                    p50 = statistics.median(ttfts) * 1000 if ttfts else float("nan")
+                    p99 = percentile(ttfts, 0.99) * 1000
+                    record(Sample(target.name, f"streams={c}", r, tps, p50, p99, n, os.getloadavg()[0]))
+        for r in range(args.prefill_rounds):
+            for length in prefill_lengths:
+                prompt = long_prompt(tokenizer, length, salt=r)
+                for target in targets:
+                    ttft = asyncio.run(first_token(target, prompt)) * 1000
+                    record(
+                        Sample(target.name, f"prefill={length}", r, 0.0, ttft, ttft, 1, os.getloadavg()[0])
+                    )
+    table = summarize(samples, names)
+    print_tables(table, names, args.threads)
+    loads = [s.load_average for s in samples]
+    print(f"\nload average (1 min) during the run: median {statistics.median(loads):.2f}, "
+          f"max {max(loads):.2f} ({os.cpu_count()} cores)")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"samples": [asdict(s) for s in samples], "medians": table}, indent=2)
+        )
+
+
+if __name__ == "__main__":
+    main()
