@@ -106,6 +106,7 @@ class SubmitRequest(msgspec.Struct, frozen=True, tag="submit"):
     stopping: StoppingConfig
     top_logprobs: int | None  # None: no logprobs; k >= 0: logprobs with k candidates
     detokenize: DetokenizeConfig
+    token_credit: int = 0  # tokens its outputs may produce in all before a GrantTokens; 0: no limit
 
 
 class AbortRequests(msgspec.Struct, frozen=True, tag="abort"):
@@ -132,12 +133,13 @@ class EmbedTexts(msgspec.Struct, frozen=True, tag="embed"):
     texts: list[str]
 
 
-class SetHeld(msgspec.Struct, frozen=True, tag="set_held"):
-    """Hold (or release) a request's outputs: held sequences keep their KV cache and batch rows
-    but take no part in steps, because the client is not reading what they made (FLOW-1)."""
+class GrantTokens(msgspec.Struct, frozen=True, tag="grant_tokens"):
+    """The request's outputs may now produce tokens until they have ``credit`` tokens in all: the
+    frontend grants more as its client reads (FLOW-1). A request out of credit keeps its KV cache
+    but leaves the batch until more is granted."""
 
     rid: str
-    held: bool
+    credit: int
 
 
 class Shutdown(msgspec.Struct, frozen=True, tag="shutdown"):
@@ -158,7 +160,7 @@ SCHEDULER_INBOX = (
     SubmitRequest
     | AbortRequests
     | FinishOutput
-    | SetHeld
+    | GrantTokens
     | QueryLoad
     | FlushCache
     | SetPaused

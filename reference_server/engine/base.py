@@ -38,10 +38,11 @@ class Engine(Protocol):
         """The detokenizer ended this output (stop string). Free it and emit nothing more for it."""
         ...
 
-    def set_held(self, rid: str, held: bool) -> None:
-        """Hold or release a request group: while held, its outputs keep their KV cache and batch
-        rows but take no part in steps (its client is not reading, FLOW-1). Unknown rids are
-        ignored; an abort or finish of a held group works as usual."""
+    def grant_tokens(self, rid: str, credit: int) -> None:
+        """Let the outputs of ``rid`` produce tokens until they have ``credit`` in all (a request
+        starts with ``SubmitRequest.token_credit``; 0 there means no limit). A request out of
+        credit keeps its KV cache but takes no part in steps, and gives its batch slots and unused
+        KV reservation to others, until more is granted (FLOW-1). Unknown rids are ignored."""
         ...
 
     def step(self) -> list[SequenceOutput]:
@@ -51,9 +52,9 @@ class Engine(Protocol):
         ...
 
     def has_work(self) -> bool:
-        """Whether ``step()`` could make progress: something running and not held, or waiting
+        """Whether ``step()`` could make progress: something running with credit left, or waiting
         that a step might admit (False after a step that could neither run nor admit anything,
-        until a request arrives, ends or is released)."""
+        until a request arrives, ends or is granted more tokens)."""
         ...
 
     def load(self, *, paused: bool) -> EngineLoad:

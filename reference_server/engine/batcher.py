@@ -64,8 +64,8 @@ class Batcher:
         self.admission = admission
         self.waiting: deque[RequestGroup] = deque()
         self.running: dict[str, RequestGroup] = {}
-        self.held: set[str] = set()  # running groups whose client is not reading (FLOW-1)
-        self.resuming: set[str] = set()  # released groups waiting to take their reservation back
+        self.held: set[str] = set()  # running groups out of token credit: their client is not reading
+        self.resuming: set[str] = set()  # granted groups waiting to take their reservation back
 
     def add(self, group: RequestGroup) -> None:
         self.waiting.append(group)
@@ -97,21 +97,31 @@ class Batcher:
     def num_waiting_sequences(self) -> int:
         return sum(g.request.num_outputs for g in self.waiting)
 
-    def set_held(self, rid: str, held: bool) -> None:
-        group = self.running.get(rid)
-        if group is None:
-            return
-        if held and rid not in self.held:
-            self.held.add(rid)
-            self.resuming.discard(rid)
-            self.admission.suspend(group)
-        elif not held and rid in self.held:
-            self.resuming.add(rid)  # back in the batch once its reservation is available again
+    def grant(self, rid: str, credit: int) -> None:
+        group = self.running.get(rid) or next((g for g in self.waiting if g.rid == rid), None)
+        if group is not None and credit > group.token_credit:
+            group.token_credit = credit
+            if rid in self.held and not group.out_of_credit:
+                self.resuming.add(rid)
+
+    def _hold_starved(self) -> None:
+        """Groups out of credit leave the batch (keeping KV and rows, giving back their unused
+        reservation); granted ones queue to come back."""
+        for rid, group in self.running.items():
+            starved = group.forked and group.out_of_credit
+            if starved and rid not in self.held:
+                self.held.add(rid)
+                self.admission.suspend(group)
+            elif not starved and rid in self.held:
+                self.resuming.add(rid)
+            if starved:
+                self.resuming.discard(rid)
 
     def has_runnable(self) -> bool:
         return bool(self.waiting) or bool(self.resuming) or len(self.held) < len(self.running)
 
     def schedule(self) -> list[ScheduledChunk]:
+        self._hold_starved()
         for rid in list(self.resuming):  # before new admissions: they were running already
             group = self.running[rid]
             fits = (

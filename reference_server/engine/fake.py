@@ -86,6 +86,14 @@ class _Group:
     outputs: list[_Output]
     cached_prompt_tokens: int = 0
     reported_cache: bool = False
+    token_credit: int = 0  # tokens its outputs may produce in all (FLOW-1); 0: no limit
+
+    @property
+    def out_of_credit(self) -> bool:
+        if not self.token_credit:
+            return False
+        produced = sum(len(o.token_ids) for o in self.outputs)
+        return produced + sum(not o.finished for o in self.outputs) > self.token_credit
 
     @property
     def kv_reservation(self) -> int:
@@ -102,7 +110,7 @@ class FakeEngine:
         self._tokenize = tokenize
         self._waiting: OrderedDict[str, _Group] = OrderedDict()
         self._running: OrderedDict[str, _Group] = OrderedDict()
-        self._held: set[str] = set()  # running groups whose client is not reading (FLOW-1)
+        self._held: set[str] = set()  # running groups out of token credit: their client is not reading
         self._stuck = False  # the last step could neither run nor admit anything
         self._prefixes: OrderedDict[int, None] = OrderedDict()  # prefix hash -> (LRU order)
         self._blocks: FakeBlockCache | None = None
@@ -136,7 +144,9 @@ class FakeEngine:
             _Output(i, random.Random(derive_seed(request.sampling.seed, i)))
             for i in range(request.num_outputs)
         ]
-        self._waiting[request.rid] = _Group(request, _hash_ids(request.prompt_ids), outputs)
+        self._waiting[request.rid] = _Group(
+            request, _hash_ids(request.prompt_ids), outputs, token_credit=request.token_credit
+        )
         self._stuck = False
 
     def abort_request(self, rid: str) -> list[SequenceOutput]:
@@ -158,18 +168,18 @@ class FakeEngine:
             group.outputs[output_index].finished = True
             self._retire_if_done(group)
 
-    def set_held(self, rid: str, held: bool) -> None:
+    def grant_tokens(self, rid: str, credit: int) -> None:
         self._stuck = False
-        if held and rid in self._running:
-            self._held.add(rid)
-        else:
-            self._held.discard(rid)
+        group = self._running.get(rid) or self._waiting.get(rid)
+        if group is not None and credit > group.token_credit:
+            group.token_credit = credit
 
     def has_work(self) -> bool:
-        runnable = bool(self._waiting) or len(self._held) < len(self._running)
+        runnable = bool(self._waiting) or any(not g.out_of_credit for g in self._running.values())
         return runnable and not self._stuck
 
     def step(self) -> list[SequenceOutput]:
+        self._held = {rid for rid, g in self._running.items() if g.out_of_credit}
         self._admit()
         active = [g for rid, g in self._running.items() if rid not in self._held]
         if not active:

@@ -144,8 +144,8 @@ class ModelEngine:
             self.kv.release(seq)
             self._retire_if_done(group)
 
-    def set_held(self, rid: str, held: bool) -> None:
-        self.batcher.set_held(rid, held)
+    def grant_tokens(self, rid: str, credit: int) -> None:
+        self.batcher.grant(rid, credit)
         self._stuck = False
 
     def has_work(self) -> bool:

@@ -57,6 +57,7 @@ class RequestGroup:
     num_cached_prompt_tokens: int = 0
     kv_reserved: int = 0  # worst-case slots still reserved for this group
     kv_suspended: int = 0  # the reservation a held group gave back, to take again on release
+    token_credit: int = 0  # its outputs may produce this many tokens in all (FLOW-1); 0: no limit
     reported_cache: bool = False
     forked: bool = False  # the prompt is prefilled and every output has its first token
 
@@ -66,7 +67,7 @@ class RequestGroup:
             Sequence(request.rid, i, list(request.prompt_ids), len(request.prompt_ids))
             for i in range(request.num_outputs)
         ]
-        return cls(request, outputs)
+        return cls(request, outputs, token_credit=request.token_credit)
 
     @property
     def rid(self) -> str:
@@ -90,6 +91,14 @@ class RequestGroup:
     @property
     def prefill_sequence(self) -> Sequence:
         return self.outputs[0]
+
+    @property
+    def out_of_credit(self) -> bool:
+        """One more step would take the outputs past the tokens the frontend granted (FLOW-1)."""
+        if not self.token_credit:
+            return False
+        produced = sum(s.num_output_tokens for s in self.outputs)
+        return produced + len(self.active_outputs()) > self.token_credit
 
     def active_outputs(self) -> list[Sequence]:
         return [s for s in self.outputs if not s.finished]

@@ -66,9 +66,8 @@ class Frontend:
         credentials = _load_credentials(config.auth_file)
         limits = config.limits
         hooks = FlowHooks(
-            hold=lambda rid: self.ctx.link.set_held(rid, True),
-            release=lambda rid: self.ctx.link.set_held(rid, False),
-            max_parked_tokens=limits.max_parked_tokens,
+            grant=lambda rid, credit: self.ctx.link.grant_tokens(rid, credit),
+            window=limits.max_parked_tokens,
         )
         self.stats = ServingStats() if config.metrics_port is not None else None
         self.table = (

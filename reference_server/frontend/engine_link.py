@@ -115,9 +115,9 @@ class EngineLink:
         if rids and self.failure is None:
             self.send(ipc.AbortRequests(rids))
 
-    def set_held(self, rid: str, held: bool) -> None:
+    def grant_tokens(self, rid: str, credit: int) -> None:
         if self.failure is None:
-            self.send(ipc.SetHeld(rid, held))
+            self.send(ipc.GrantTokens(rid, credit))
 
     def shutdown_workers(self) -> None:
         self.send(ipc.Shutdown())

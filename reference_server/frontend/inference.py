@@ -93,6 +93,7 @@ class InferenceService(InferenceServiceBase):
                 stopping=stopping,
                 top_logprobs=plan.top_logprobs,
                 detokenize=plan.detokenize,
+                token_credit=state.granted,
             )
         )
         stream = StreamAssembler(

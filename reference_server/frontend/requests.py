@@ -10,9 +10,11 @@ period, so a Generate arriving with that id within it is aborted at once, unless
 to a request that ended within the grace period: the Abort then refers to that request (ABORT-1)
 and a later reuse of the id is not affected.
 
-Backpressure (FLOW-1): events wait here for the stream handler. When the handler stops taking
-them (its client does not read), the tokens parked for the request are counted; past the limit
-the engine holds the request's outputs (``hold``) until the handler takes them (``release``).
+Backpressure (FLOW-1) is credit-based: a request may produce ``window`` tokens beyond those its
+stream handler has taken. The handler takes events as fast as its client reads; each time it has
+taken another half window, the engine is granted more credit. A handler whose client stops
+reading stops taking events, so its request runs out of credit in the engine itself, with at
+most ``window`` tokens waiting here, however fast the engine or deep the pipeline.
 """
 
 from __future__ import annotations
@@ -38,11 +40,13 @@ class DuplicateRequestError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class FlowHooks:
-    """How the table tells the engine to hold and release a request's outputs."""
+    """How the table grants a request's engine more tokens (FLOW-1)."""
 
-    hold: Callable[[str], None]
-    release: Callable[[str], None]
-    max_parked_tokens: int
+    grant: Callable[[str, int], None]  # (rid, credit: the tokens its outputs may have in all)
+    window: int  # tokens a request may produce beyond what its handler has taken
+
+    def initial_credit(self, num_outputs: int) -> int:
+        return max(self.window, num_outputs)  # every output can always take its next step
 
 
 @dataclass(eq=False)
@@ -56,20 +60,19 @@ class RequestState:
     submitted: bool = False
     complete: bool = False  # the terminal message was produced
     failure: tuple[int, str] | None = None  # (grpc status code, message): end with a RequestError
-    parked_tokens: int = 0  # tokens of events the stream handler has not taken yet
-    held: bool = False  # the engine holds this request's outputs (FLOW-1)
+    taken_tokens: int = 0  # tokens of events the stream handler has taken
+    granted: int = 0  # the credit the engine has: tokens its outputs may produce in all
     _events: list[OutputEvent] = field(default_factory=list)
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     _discarding: bool = False
+
+    def __post_init__(self) -> None:
+        self.granted = self.flow.initial_credit(self.num_outputs)
 
     def push(self, event: OutputEvent) -> None:
         if self._discarding:
             return
         self._events.append(event)
-        self.parked_tokens += len(event.token_ids)
-        if self.parked_tokens >= self.flow.max_parked_tokens and not self.held and event.finish is None:
-            self.held = True
-            self.flow.hold(self.rid)
         self._wakeup.set()
 
     def fail(self, code: int, message: str, *, discard_pending: bool = False) -> None:
@@ -80,7 +83,6 @@ class RequestState:
         if discard_pending:
             self._discarding = True
             self._events.clear()
-            self.parked_tokens = 0
         self._wakeup.set()
 
     async def next_events(self) -> list[OutputEvent]:
@@ -90,10 +92,11 @@ class RequestState:
             self._wakeup.clear()
             await self._wakeup.wait()
         events, self._events = self._events, []
-        self.parked_tokens = 0
-        if self.held:
-            self.held = False
-            self.flow.release(self.rid)
+        self.taken_tokens += sum(len(e.token_ids) for e in events)
+        window = self.flow.window
+        if self.submitted and self.taken_tokens + window - self.granted >= window // 2:
+            self.granted = self.taken_tokens + window
+            self.flow.grant(self.rid, self.granted)
         return events
 
 

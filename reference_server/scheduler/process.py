@@ -82,8 +82,8 @@ class SchedulerLoop:
         engine = self.engine
         if isinstance(message, ipc.SubmitRequest):
             self._submit(message)
-        elif isinstance(message, ipc.SetHeld):
-            engine.set_held(message.rid, message.held)
+        elif isinstance(message, ipc.GrantTokens):
+            engine.grant_tokens(message.rid, message.credit)
         elif isinstance(message, ipc.AbortRequests):
             self._send_outputs([out for rid in message.rids for out in engine.abort_request(rid)])
         elif isinstance(message, ipc.FinishOutput):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import msgspec
 import pytest
 from engine_driver import assert_idle, request, sampling, write_tiny_checkpoint
 
@@ -53,19 +54,18 @@ def test_random_traffic_keeps_the_books(engine: ModelEngine, seed: int) -> None:
     requests: dict[str, SubmitRequest] = {}
     tokens: dict[tuple[str, int], list[int]] = {}
     ended: dict[tuple[str, int], Finish | None] = {}  # None: ended by finish_output
-    held: set[str] = set()  # groups whose client stopped reading (FLOW-1)
+    credit: dict[str, int] = {}  # FLOW-1: tokens a request's outputs may have in all (0: no limit)
     for step in range(300):
-        if rng.random() < 0.08 and requests:
-            rid = rng.choice(list(requests))
-            engine.set_held(rid, True)
-            held.add(rid)
-        if rng.random() < 0.08 and held:
-            rid = rng.choice(sorted(held))
-            engine.set_held(rid, False)
-            held.discard(rid)
+        if rng.random() < 0.15 and credit:
+            rid = rng.choice(sorted(credit))
+            credit[rid] += rng.randrange(1, 6)
+            engine.grant_tokens(rid, credit[rid])
         if step < 220 and rng.random() < 0.3:
             rid = f"s{seed}-{step}"
             requests[rid] = random_request(rng, rid)
+            if rng.random() < 0.4:  # a client that reads slowly: the request runs on credit
+                credit[rid] = max(requests[rid].num_outputs, rng.randrange(1, 8))
+                requests[rid] = msgspec.structs.replace(requests[rid], token_credit=credit[rid])
             engine.add_request(requests[rid])
         if rng.random() < 0.05 and requests:
             rid = rng.choice(list(requests))
@@ -81,13 +81,20 @@ def test_random_traffic_keeps_the_books(engine: ModelEngine, seed: int) -> None:
         for out in engine.step():
             key = (out.rid, out.output_index)
             assert key not in ended, f"{key} produced output after it ended"
-            assert out.rid not in held or not out.token_ids, f"{out.rid} generated while held"
             tokens.setdefault(key, []).extend(out.token_ids)
+            if out.rid in credit:
+                produced = sum(
+                    len(tokens.get((out.rid, i), [])) for i in range(requests[out.rid].num_outputs)
+                )
+                assert produced <= credit[out.rid], (
+                    f"{out.rid} produced {produced} on a credit of {credit[out.rid]}"
+                )
             if out.finish is not None:
                 ended[key] = out.finish
         engine.check_integrity()
-    for rid in held:
-        engine.set_held(rid, False)
+    for rid in credit:
+        credit[rid] = 10**6
+        engine.grant_tokens(rid, credit[rid])
     while engine.has_work():
         for out in engine.step():
             key = (out.rid, out.output_index)

@@ -19,7 +19,7 @@ import betterproto2
 from grpclib import GRPCError, Status
 
 from reference_server.frontend.edge import auth, decoding, framing, guard
-from reference_server.frontend.requests import RequestState
+from reference_server.frontend.requests import FlowHooks, RequestState, RequestTable
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,15 @@ def _limit_after_body() -> None:
     framing.read_message = read_message  # type: ignore[assignment]
 
 
-def _no_hold() -> None:
-    def push(self: RequestState, event: Any) -> None:
-        self._events.append(event)
-        self._wakeup.set()
+def _no_credit() -> None:
+    """Requests generate on, whether their client reads or not."""
+    FlowHooks.initial_credit = lambda self, num_outputs: 0  # type: ignore[method-assign]
+    RequestTable.mark_submitted = _submitted_without_grants  # type: ignore[method-assign]
 
-    RequestState.push = push  # type: ignore[method-assign]
+
+def _submitted_without_grants(self: RequestTable, state: RequestState, prompt_tokens: int) -> None:
+    state.submitted = True
+    state.granted = 10**12  # never grant: there is no limit to lift
 
 
 def _stall_as_aborted_finish() -> None:
@@ -121,7 +124,7 @@ EDGE_MUTANTS = (
     EdgeMutant("lax-decoding", "requests parsed by betterproto2 alone", frozenset({"MALFORMED-1[*]", "MALFORMED-2"}), _lax_decoding),
     EdgeMutant("first-message-only", "a unary call's extra or missing message goes unnoticed", frozenset({"MALFORMED-4[two-messages]", "MALFORMED-4[no-message]"}), _first_message_only),
     EdgeMutant("limit-after-body", "the size limit is checked after the body was read", frozenset({"MALFORMED-3"}), _limit_after_body),
-    EdgeMutant("no-hold", "generation goes on for a client that does not read", frozenset({"FLOW-1"}), _no_hold),
+    EdgeMutant("no-credit", "generation goes on for a client that does not read", frozenset({"FLOW-1"}), _no_credit),
     EdgeMutant("stall-as-aborted-finish", "a stalled request ends with ABORTED finishes", frozenset({"FLOW-2"}), _stall_as_aborted_finish),
     EdgeMutant("open-door", "calls without credentials are served", frozenset({"AUTH-1"}), _open_door),
     EdgeMutant("wrong-refusal-code", "missing credentials answer PERMISSION_DENIED", frozenset({"AUTH-1"}), _wrong_refusal_code),

@@ -31,7 +31,7 @@ def submit(rid: str) -> ipc.SubmitRequest:
 
 
 def table() -> RequestTable:
-    return RequestTable(5.0, FlowHooks(lambda rid: None, lambda rid: None, 64))
+    return RequestTable(5.0, FlowHooks(lambda rid, credit: None, 64))
 
 
 @pytest.fixture

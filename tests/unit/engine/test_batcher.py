@@ -123,24 +123,23 @@ def test_pop_removes_waiting_and_running_groups() -> None:
     assert not batcher.waiting and not batcher.running
 
 
-def test_a_held_group_leaves_the_batch_and_its_reservation_to_others() -> None:
+def test_a_group_out_of_credit_leaves_the_batch_and_its_reservation_to_others() -> None:
     batcher = Batcher(BatcherConfig(max_batch_tokens=64, max_running_sequences=2), FakeAdmission(40))
-    stalled, other, late = (
-        group("stalled", 4, n=2, max_tokens=9),
-        group("other", 4, max_tokens=9),
-        group("late", 4),
-    )
+    stalled = group("stalled", 4, n=2, max_tokens=9)
+    stalled.token_credit = 4  # its client reads slowly: two tokens per output, then more credit
+    other, late = group("other", 4, max_tokens=9), group("late", 4)
     batcher.add(stalled)
-    apply(batcher.schedule(), batcher)  # prefilled and forked: both outputs decode from now on
+    apply(batcher.schedule(), batcher)  # prefilled and forked: one token per output so far
     batcher.add(other)
-    assert [c.seq.rid for c in batcher.schedule()] == ["stalled", "stalled"]  # no row left for `other`
-    batcher.set_held("stalled", True)
     chunks = batcher.schedule()
-    assert {c.seq.rid for c in chunks} == {"other"}  # admitted into the batch slots the held group left
+    assert [c.seq.rid for c in chunks] == ["stalled", "stalled"]  # no row left for `other`
+    apply(chunks, batcher)  # two tokens per output: the credit is spent
+    chunks = batcher.schedule()
+    assert {c.seq.rid for c in chunks} == {"other"} and batcher.held == {"stalled"}
     apply(chunks, batcher)
     batcher.add(late)
-    batcher.set_held("stalled", False)
-    waiting = batcher.schedule()  # the released group waits for room, and nothing new jumps ahead of it
+    batcher.grant("stalled", 8)
+    waiting = batcher.schedule()  # granted, it waits for room, and nothing new jumps ahead of it
     assert {c.seq.rid for c in waiting} == {"other"} and batcher.held == {"stalled"}
     batcher.pop("other")
     assert [c.seq.rid for c in batcher.schedule()] == ["stalled", "stalled"]
