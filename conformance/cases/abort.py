@@ -19,9 +19,13 @@ TAIL_TOKENS = 16  # ABORT-2: tokens an output may still deliver after the AbortR
 
 
 def tail_allowance(ctx: Ctx) -> int:
-    """ABORT-2's 16 tokens, doubled for what a busy machine leaves queued between engine and client
-    (a slow reader is the client's own doing), and scaled with --time-scale above 1."""
-    return int(2 * TAIL_TOKENS * max(1.0, ctx.budgets.scale))
+    """ABORT-2's 16 tokens plus what the server may keep waiting for a client that reads slower
+    than it generates (``limits.max_parked_tokens``, FLOW-1: generated before the abort, so
+    delivered), doubled for what a busy machine leaves queued between engine and client, and
+    scaled with --time-scale above 1."""
+    limits = ctx.info.server.limits
+    parked = int(limits.max_parked_tokens) if limits is not None else 0
+    return int(2 * (TAIL_TOKENS + parked) * max(1.0, ctx.budgets.scale))
 
 
 def _tokens(stream: LiveStream) -> dict[int, int]:
