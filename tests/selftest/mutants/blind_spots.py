@@ -33,7 +33,7 @@ from lmrpc.v1 import (
     Usage,
 )
 
-from ..proxy import Call, Out
+from ..proxy import Call, Out, Replayed
 from .base import Mutant, delta, finished, kind
 from .control import _ids
 from .unary import UnaryMutant
@@ -263,28 +263,12 @@ class ReuseBlocked(Mutant):
         rid = request.request_id
         if rid and time.monotonic() - self.ended.get(rid, -1e9) < self.blocked_s:
             raise GRPCError(Status.ALREADY_EXISTS, f"request_id={rid!r} is already in flight")
-        replayed = _Replayed(stream, request)
+        replayed = Replayed(stream, request)
         try:
             await super()._generate(replayed)
         finally:
             if rid and replayed.sent:  # accepted (a message went out), then ended
                 self.ended[rid] = time.monotonic()
-
-
-class _Replayed:
-    """A server stream whose request was already read: hands it out once more."""
-
-    def __init__(self, stream: Stream[GenerateRequest, RawMessage], request: GenerateRequest) -> None:
-        self._stream, self._request = stream, request
-        self.deadline = stream.deadline
-        self.sent = 0
-
-    async def recv_message(self) -> GenerateRequest:
-        return self._request
-
-    async def send_message(self, message: RawMessage) -> None:
-        self.sent += 1
-        await self._stream.send_message(message)
 
 
 # ── the harness blaming itself ───────────────────────────────────────────────────────────────
@@ -370,7 +354,7 @@ class WindowOffByOne(Mutant):
                 raise GRPCError(
                     Status.INVALID_ARGUMENT, "stopping.max_tokens plus the prompt exceeds the window"
                 )
-        await super()._generate(_Replayed(stream, request))
+        await super()._generate(Replayed(stream, request))
 
 
 class FffdForMultibyte(Mutant):
@@ -508,7 +492,7 @@ class CancelTakesSamePrompt(Mutant):
         request = await stream.recv_message()
         assert request is not None
         try:
-            await super()._generate(_Replayed(stream, request))
+            await super()._generate(Replayed(stream, request))
         except asyncio.CancelledError:
             prompt = request.text or ""
             twins = [
@@ -536,7 +520,7 @@ class CapacityWaitRefused(Mutant):
             held = sum(_reservation(c.request) for c in self.calls.values())
             if load is not None and held + need > load.kv_tokens_total:
                 raise GRPCError(Status.RESOURCE_EXHAUSTED, "the KV cache is full")
-        await super()._generate(_Replayed(stream, request))
+        await super()._generate(Replayed(stream, request))
 
 
 def _reservation(request: GenerateRequest) -> int:
