@@ -221,6 +221,7 @@ class TemperatureZeroAsUnset(RequestRewrite):
             "SAMPLE-7",
             "STOP-1[stop-string]",
             "STOP-1[stop-token]",
+            "STOP-2[before-min-tokens]",
             "STOP-3",
             "STOP-4[eos]",
             "STOP-6[inside-token]",

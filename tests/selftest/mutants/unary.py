@@ -101,7 +101,7 @@ class TokenizeAddsBos(UnaryMutant):
 class UnknownAbortFails(Mutant):
     name = "unknown-abort-fails"
     fault = "Abort of an id that is not in flight fails with NOT_FOUND"
-    expected = frozenset({"ABORT-1[*]", "ABORT-6"})
+    expected = frozenset({"ABORT-1[*]", "ABORT-6", "EMBED-3"})
 
     async def unary(self, method: str, request: Any) -> Any:
         if method == "abort" and request.request_ids is not None:
