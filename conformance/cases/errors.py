@@ -199,3 +199,17 @@ async def reuse_after_finish(ctx: Ctx) -> None:
             "accepted, status OK",
             status_of(record),
         )
+
+
+@case("REQ-4", tag="id-128-bytes")
+async def longest_request_id(ctx: Ctx) -> None:
+    """A request_id of exactly 128 bytes of the allowed characters is accepted (and echoed)."""
+    rid = (ctx.uid("longest") + "-" + "x" * 128)[:128]
+    record = await ctx.generate(request(ctx, request_id=rid, max_tokens=1))
+    ctx.check.that(
+        record.ended_ok and record.error is None,
+        "Generate with a 128-byte request_id",
+        "accepted",
+        status_of(record),
+    )
+    ctx.check.equal("request_id on its messages", {rid}, {e.message.request_id for e in record.events})

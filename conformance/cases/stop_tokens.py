@@ -16,6 +16,7 @@ from conformance.cases._learned import (
     stop_of,
 )
 from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import request
 from conformance.spec.registry import case
 from lmrpc.v1 import FinishReason, ResponseOptions
@@ -225,3 +226,30 @@ async def stop_beats_length(ctx: Ctx) -> None:
         if finish
         else None,
     )
+
+
+@case("STOP-5", tag="default", requires=("stop_token_ids", DETERMINISTIC))
+async def min_tokens_default(ctx: Ctx) -> None:
+    """min_tokens absent is ModelInfo.defaults.min_tokens: with a default of 0, a stop token that is the
+    output's first token ends it at once."""
+    defaults = ctx.info.model.defaults
+    minimum = defaults.min_tokens if defaults is not None else 0
+    learned = await learn(ctx)
+    token = learned.token_ids[0]
+    if token in ctx.info.eos_ids:
+        raise CaseSkipped(f"the learned output starts with an EOS token ({token})")
+    _, view = await rerun(ctx, stop_token_ids=[token], ignore_eos=True)
+    stop = stop_of(view)
+    if minimum == 0:
+        ctx.check.equal(
+            f"(tokens, stop_token_id) with stop token {token}, the output's first, min_tokens absent (default 0)",
+            ([token], token),
+            (view.token_ids, stop.stop_token_id if stop else None),
+        )
+    else:
+        ctx.check.that(
+            len(view.token_ids) >= minimum,
+            f"tokens with min_tokens absent (default {minimum})",
+            f">= {minimum}",
+            len(view.token_ids),
+        )

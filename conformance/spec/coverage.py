@@ -257,7 +257,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "REQ-2.1": ("REQ-2", "REQ-2[server-assigned]"),
     "REQ-3.1": ("REQ-3",),
     "REQ-3.2": ("REQ-3", "REQ-3[reuse-after-finish]", "ABORT-1[finished-then-reused]"),
-    "REQ-4.1": ("REQ-4[*]", "ERR-1[generated]"),
+    "REQ-4.1": ("REQ-4[*]", "ERR-1[generated]"),  # [id-128-bytes]: the accepted boundary
     "REQ-5.1": ("REQ-5[*]",),
     "REQ-6.1": ("REQ-6[max_tokens=window]",),
     "REQ-6.2": ("REQ-6[max_tokens=window]", "REQ-6[one-over]"),
@@ -328,7 +328,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "STOP-3.1": ("STOP-3",),
     "STOP-4.1": ("STOP-4[eos]",),
     "STOP-4.2": ("STOP-4[ignore_eos]",),
-    "STOP-5.1": ("STOP-5", "STOP-5[no-max-tokens]"),
+    "STOP-5.1": ("STOP-5", "STOP-5[no-max-tokens]", "STOP-5[default]"),
     "STOP-5.2": ("STOP-5", "STOP-2[before-min-tokens]"),
     "STOP-6.1": ("STOP-6[inside-token]",),
     "STOP-6.2": ("STOP-6[inside-token]",),
