@@ -179,6 +179,24 @@ async def abort_mid_stream(ctx: Ctx) -> None:
     await abort_and_expect_end(ctx, stream, 1, "aborted mid-stream")
 
 
+@case("ABORT-2", tag="right-after-send")
+async def abort_right_after_send(ctx: Ctx) -> None:
+    """An Abort sent right after a Generate with a long prompt (while the server is still tokenizing it,
+    usually): whatever the Abort answers, the stream ends ABORTED promptly, with no tokens past the tail."""
+    text = "Once upon a time there was a conformance test. " * max(1, min(ctx.info.max_context // 24, 300))
+    req = request(ctx, text, max_tokens=long_tokens(ctx) // 2, ignore_eos=True, temperature=0.0)
+    stream = ctx.open(req)
+    await asyncio.sleep(0.005)
+    outcomes = await abort(ctx, stream.record.request_id)
+    ctx.check.that(
+        [status for _, status in outcomes] in (["ABORTED"], ["NOT_IN_FLIGHT"]),
+        "Abort outcome right after the Generate was sent",
+        "ABORTED (or NOT_IN_FLIGHT, remembered for its arrival, ABORT-6)",
+        outcomes,
+    )
+    await expect_aborted_end(ctx, stream, 1, "aborted right after it was sent", {})
+
+
 @case("ABORT-2", tag="before-first-token")
 async def abort_before_tokens(ctx: Ctx) -> None:
     """Abort as soon as the request is accepted (before its first token, usually)."""
