@@ -47,7 +47,9 @@ TARGETS = (  # the request path, in the order a Generate crosses it
     "reference_server/detokenizer/incremental.py",
     "reference_server/engine/stopping.py",
 )
-SERVER_ARGS = ("--engine", "fake", "--fake-token-delay", "0.002", "--kv-tokens", "100000")
+SERVER_ARGS = (  # the self-test's lane (tests/selftest/lanes.py)
+    "--engine", "fake", "--fake-token-delay", "0.002", "--kv-tokens", "100000", "--max-waiting-requests", "64",
+)  # fmt: skip
 TIME_SCALE = "0.5"
 MUTANT_TIMEOUT_S = 240.0  # a harness run past this is a hang: the mutant is killed
 

@@ -45,6 +45,12 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         default=Limits().max_message_bytes,
         help="larger request messages get RESOURCE_EXHAUSTED (default: 4 MiB)",
     )
+    parser.add_argument(
+        "--max-waiting-requests",
+        type=int,
+        default=Limits().max_waiting_requests,
+        help="requests in flight at once; more get RESOURCE_EXHAUSTED (reported in ServerInfo.limits)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=30.0)
     parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--ready-file", default=None, help="write the bound port here once serving")
@@ -77,7 +83,9 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 embedding=not args.no_embedding,
                 num_threads=args.threads,
             ),
-            limits=Limits(max_message_bytes=args.max_message_bytes),
+            limits=Limits(
+                max_message_bytes=args.max_message_bytes, max_waiting_requests=args.max_waiting_requests
+            ),
             startup_timeout_s=args.startup_timeout,
             drain_timeout_s=args.drain_timeout,
             ready_file=args.ready_file,

@@ -9,6 +9,7 @@ from grpclib.const import Status
 
 from conformance.cases._helpers import abort, abort_all, accepted, first_delta, ok, paused, resumed
 from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, long_tokens, request
 from conformance.spec.registry import Variant, case
 from conformance.stream.live import LiveStream
@@ -281,6 +282,36 @@ async def abort_before_arrival(ctx: Ctx) -> None:
     )
     if record.end is End.OPEN or record.end is End.HUNG:
         await ctx.cancel(stream)
+
+
+@case("ABORT-6", tag="after-expiry", budget=1.5)
+async def abort_memory_expires(ctx: Ctx) -> None:
+    """An Abort's memory lasts limits.abort_grace_seconds: a Generate with an id aborted longer ago runs
+    normally, while ids remembered since still win, also after older ones expired."""
+    limits = ctx.info.server.limits
+    grace = float(getattr(limits, "abort_grace_seconds", 0.0) or 0.0)
+    if not grace or grace > 10:
+        raise CaseSkipped(f"limits.abort_grace_seconds={grace}: not reported, or too long to wait out")
+    old, fresh, newer = ctx.uid("old"), ctx.uid("fresh"), ctx.uid("newer")
+    await abort(ctx, old)
+    await asyncio.sleep(grace + 0.5)
+    await abort(ctx, fresh)
+    await abort(ctx, newer)  # remembering it must not drop `fresh` while the expired `old` is evicted
+    late = ok(
+        ctx,
+        await ctx.generate(request(ctx, max_tokens=2, request_id=old)),
+        "a Generate after its Abort expired",
+    )
+    reasons = [v.finish.reason.name if v.finish else "-" for v in late.outputs().values()]
+    ctx.check.that(
+        "ABORTED" not in reasons,
+        f"finish of {old!r}, aborted {grace + 0.5:.1f}s before",
+        "not ABORTED",
+        reasons,
+    )
+    record = await ctx.generate(long_request(ctx, request_id=fresh), total_s=ctx.budgets.release_s)
+    early = [v.finish.reason.name if v.finish else "-" for v in record.outputs().values()]
+    ctx.check.equal(f"finish of {fresh!r}, aborted just before it arrived", ["ABORTED"], early)
 
 
 @case(

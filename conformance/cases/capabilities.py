@@ -7,13 +7,14 @@ from typing import Any
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import expect_rejected, ok, outputs_tokens, status_of
+from conformance.cases._helpers import abort_all, accepted, expect_rejected, ok, outputs_tokens, status_of
 from conformance.harness.context import Ctx, RpcOutcome
 from conformance.harness.outcome import CaseSkipped, Mismatch
-from conformance.harness.requests import request
+from conformance.harness.requests import long_request, request
 from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import PROMPTS, prompt_texts
 from conformance.spec.registry import case
+from conformance.stream.record import End
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,
@@ -264,3 +265,36 @@ async def stop_string_limit(ctx: Ctx) -> None:
         (Status.INVALID_ARGUMENT,),
         f"a stop string of {limit + 1} bytes",
     )
+
+
+WAITING_LIMIT_TRIED = 64  # a server with a larger limit: too many streams to open for one case
+
+
+@case("CAP-5", tag="max_waiting_requests", exclusive=True, sends=("scenario.waiting-limit",))
+async def waiting_limit(ctx: Ctx) -> None:
+    """With limits.max_waiting_requests requests in flight, one more gets RESOURCE_EXHAUSTED and no
+    messages; the ones in flight are unaffected."""
+    limits = ctx.info.server.limits
+    limit = limits.max_waiting_requests if limits else 0
+    if not limit or limit > WAITING_LIMIT_TRIED:
+        raise CaseSkipped(
+            f"limits.max_waiting_requests={limit}: none, or more than {WAITING_LIMIT_TRIED} to open"
+        )
+    streams = [ctx.open(long_request(ctx)) for _ in range(limit)]
+    try:
+        for stream in streams:
+            await accepted(ctx, stream)
+        one_more = await ctx.generate(request(ctx, max_tokens=1))
+        expect_rejected(
+            ctx, one_more, (Status.RESOURCE_EXHAUSTED,), f"request {limit + 1} with {limit} in flight"
+        )
+        ctx.check.that(
+            all(s.record.end is End.OPEN for s in streams),
+            f"the {limit} requests in flight",
+            "unaffected (still open)",
+            [s.record.end.value for s in streams if s.record.end is not End.OPEN][:4],
+        )
+    finally:
+        await abort_all(ctx)
+        for stream in streams:
+            await stream.finish(ctx.budgets.release_s)

@@ -222,6 +222,7 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("scenario.special-string-in-chat", "a special-token string inside chat content"),
     InputClass("scenario.stop-before-min-tokens", "a stop string that occurs before min_tokens"),
     InputClass("scenario.reuse-after-finish", "a Generate reusing the id of a finished request at once"),
+    InputClass("scenario.waiting-limit", "one request more than limits.max_waiting_requests"),
 )
 CLASSES: dict[str, InputClass] = {c.id: c for c in INPUT_CLASSES}
 
@@ -358,7 +359,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "CAP-1.2": ("SAMPLE-5[n=max+1]", "SAMPLE-5[top_logprobs=max+1]", "SAMPLE-5[stop_strings=max+1]"),
     "CAP-2.1": ("CAP-2[*]",),
     "CAP-3.1": ("CAP-3",),
-    "CAP-5.1": ("CAP-5[max_stop_string_bytes]",),
+    "CAP-5.1": ("CAP-5[max_stop_string_bytes]", "CAP-5[max_waiting_requests]"),
     "CAP-5.2": ("CAP-5[max_stop_string_bytes]",),
     "HEALTH-1.1": ("HEALTH-1",),
     "HEALTH-1.2": ("HEALTH-1",),

@@ -16,6 +16,7 @@ from lmrpc.v1 import (
     GenerateResponse,
     GetLoadRequest,
     GetModelInfoRequest,
+    GetServerInfoRequest,
 )
 
 from ..proxy import Call, Out, Replayed
@@ -171,7 +172,23 @@ def _reservation(request: GenerateRequest) -> int:
     return len(request.token_ids.ids) + n * stopping.max_tokens
 
 
+class WaitingLimitOffByOne(Mutant):
+    name = "waiting-limit-off-by-one"
+    fault = "a Generate is refused RESOURCE_EXHAUSTED one request before limits.max_waiting_requests"
+    expected = frozenset({"CAP-5[max_waiting_requests]"})
+
+    async def _generate(self, stream: Stream[GenerateRequest, RawMessage]) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        info = (await self.control.get_server_info(GetServerInfoRequest())).server
+        limit = info.limits.max_waiting_requests if info is not None and info.limits is not None else 0
+        if limit and len(self.calls) >= limit - 1:
+            raise GRPCError(Status.RESOURCE_EXHAUSTED, "too many requests in flight; retry later")
+        await super()._generate(Replayed(stream, request))
+
+
 SERVER_FAULTS: tuple[type[Mutant], ...] = (
+    WaitingLimitOffByOne,
     ActiveCountsProducingOnly,
     WatchClosesEarly,
     NotServingWhilePaused,
