@@ -77,6 +77,12 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         default=ServerConfig().max_worker_restarts,
         help="restart the workers this many times in a row after one dies (0: exit non-zero instead)",
     )
+    parser.add_argument(
+        "--max-waiting-requests",
+        type=int,
+        default=Limits().max_waiting_requests,
+        help="requests in flight at once; more get RESOURCE_EXHAUSTED (reported in ServerInfo.limits)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=30.0)
     parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--ready-file", default=None, help="write the bound port here once serving")
@@ -133,6 +139,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 max_abort_request_ids=args.max_abort_ids,
                 max_parked_tokens=args.max_parked_tokens,
                 stall_timeout_s=args.stall_timeout,
+                max_waiting_requests=args.max_waiting_requests,
             ),
             startup_timeout_s=args.startup_timeout,
             drain_timeout_s=args.drain_timeout,

@@ -9,6 +9,7 @@ from grpclib.const import Status
 
 from conformance.cases._helpers import abort, abort_all, accepted, first_delta, ok, paused, resumed
 from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, long_tokens, request
 from conformance.spec.registry import Variant, case
 from conformance.stream.live import LiveStream
@@ -183,6 +184,24 @@ async def abort_mid_stream(ctx: Ctx) -> None:
     await abort_and_expect_end(ctx, stream, 1, "aborted mid-stream")
 
 
+@case("ABORT-2", tag="right-after-send")
+async def abort_right_after_send(ctx: Ctx) -> None:
+    """An Abort sent right after a Generate with a long prompt (while the server is still tokenizing it,
+    usually): whatever the Abort answers, the stream ends ABORTED promptly, with no tokens past the tail."""
+    text = "Once upon a time there was a conformance test. " * max(1, min(ctx.info.max_context // 24, 300))
+    req = request(ctx, text, max_tokens=long_tokens(ctx) // 2, ignore_eos=True, temperature=0.0)
+    stream = ctx.open(req)
+    await asyncio.sleep(0.005)
+    outcomes = await abort(ctx, stream.record.request_id)
+    ctx.check.that(
+        [status for _, status in outcomes] in (["ABORTED"], ["NOT_IN_FLIGHT"]),
+        "Abort outcome right after the Generate was sent",
+        "ABORTED (or NOT_IN_FLIGHT, remembered for its arrival, ABORT-6)",
+        outcomes,
+    )
+    await expect_aborted_end(ctx, stream, 1, "aborted right after it was sent", {})
+
+
 @case("ABORT-2", tag="before-first-token")
 async def abort_before_tokens(ctx: Ctx) -> None:
     """Abort as soon as the request is accepted (before its first token, usually)."""
@@ -267,6 +286,36 @@ async def abort_before_arrival(ctx: Ctx) -> None:
     )
     if record.end is End.OPEN or record.end is End.HUNG:
         await ctx.cancel(stream)
+
+
+@case("ABORT-6", tag="after-expiry", budget=1.5)
+async def abort_memory_expires(ctx: Ctx) -> None:
+    """An Abort's memory lasts limits.abort_grace_seconds: a Generate with an id aborted longer ago runs
+    normally, while ids remembered since still win, also after older ones expired."""
+    limits = ctx.info.server.limits
+    grace = float(getattr(limits, "abort_grace_seconds", 0.0) or 0.0)
+    if not grace or grace > 10:
+        raise CaseSkipped(f"limits.abort_grace_seconds={grace}: not reported, or too long to wait out")
+    old, fresh, newer = ctx.uid("old"), ctx.uid("fresh"), ctx.uid("newer")
+    await abort(ctx, old)
+    await asyncio.sleep(grace + 0.5)
+    await abort(ctx, fresh)
+    await abort(ctx, newer)  # remembering it must not drop `fresh` while the expired `old` is evicted
+    late = ok(
+        ctx,
+        await ctx.generate(request(ctx, max_tokens=2, request_id=old)),
+        "a Generate after its Abort expired",
+    )
+    reasons = [v.finish.reason.name if v.finish else "-" for v in late.outputs().values()]
+    ctx.check.that(
+        "ABORTED" not in reasons,
+        f"finish of {old!r}, aborted {grace + 0.5:.1f}s before",
+        "not ABORTED",
+        reasons,
+    )
+    record = await ctx.generate(long_request(ctx, request_id=fresh), total_s=ctx.budgets.release_s)
+    early = [v.finish.reason.name if v.finish else "-" for v in record.outputs().values()]
+    ctx.check.equal(f"finish of {fresh!r}, aborted just before it arrived", ["ABORTED"], early)
 
 
 @case(

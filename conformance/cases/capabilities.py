@@ -1,22 +1,20 @@
-"""Capabilities (CAP-1, CAP-2), tokenization (TOK-1, TOK-2), embeddings (EMBED-1, EMBED-2) and the
-administrative RPCs (LIFE-3)."""
+"""Capabilities and limits (CAP-1, CAP-2, CAP-5) and tokenization (TOK-1, TOK-2)."""
 
 from __future__ import annotations
 
-import asyncio
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import abort, expect_rejected, ok, outputs_tokens, status_of
+from conformance.cases._helpers import abort_all, accepted, expect_rejected, ok, outputs_tokens, status_of
 from conformance.harness.context import Ctx, RpcOutcome
 from conformance.harness.outcome import CaseSkipped, Mismatch
-from conformance.harness.requests import request
+from conformance.harness.requests import long_request, request
 from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import PROMPTS, prompt_texts
 from conformance.spec.registry import case
+from conformance.stream.record import End
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,
@@ -216,82 +214,6 @@ async def round_trip(ctx: Ctx) -> None:
     raise_outcome(ctx, await search(ctx, prompt_texts(), body, examples=ctx.tuning.examples * 4))
 
 
-@case("EMBED-1", requires=("embed",), sends=("embed.texts>1",))
-async def embeddings_shape(ctx: Ctx) -> None:
-    """One embedding per text, in input order (the i-th is the vector the i-th text gets alone), each of
-    EmbeddingModelInfo.dimensions values; prompt_tokens > 0."""
-    texts = ["Hello", "A longer sentence about conformance testing.", "日本語"]
-    reply = await ctx.call(ctx.inference.embed, EmbedRequest(request_id=ctx.uid(), texts=texts))
-    dims = ctx.info.embedding.dimensions if ctx.info.embedding else None
-    ctx.check.equal("number of embeddings", len(texts), len(reply.embeddings))
-    ctx.check.equal("values per embedding", [dims] * len(texts), [len(e.values) for e in reply.embeddings])
-    ctx.check.that(
-        reply.usage is not None and reply.usage.prompt_tokens > 0,
-        "EmbedResponse.usage.prompt_tokens",
-        "> 0",
-        reply.usage,
-    )
-    alone = [await _embed_one(ctx, text) for text in texts]
-    nearest = [_nearest(list(e.values), alone) for e in reply.embeddings]
-    ctx.check.equal("which text's own vector each embedding is closest to", list(range(len(texts))), nearest)
-
-
-async def _embed_one(ctx: Ctx, text: str) -> list[float]:
-    reply = await ctx.call(ctx.inference.embed, EmbedRequest(request_id=ctx.uid(), texts=[text]))
-    return list(reply.embeddings[0].values) if reply.embeddings else []
-
-
-def _nearest(vector: list[float], candidates: list[list[float]]) -> int:
-    return min(range(len(candidates)), key=lambda j: _max_diff(vector, candidates[j]))
-
-
-def _max_diff(a: list[float], b: list[float]) -> float:
-    if len(a) != len(b) or not a:
-        return math.inf
-    return max(abs(x - y) for x, y in zip(a, b, strict=True))
-
-
-@case("EMBED-2", requires=("embed",))
-async def embeddings_normalized(ctx: Ctx) -> None:
-    """Every embedding has L2 norm 1 (within 1e-3); the same text always gives the same vector (within 1e-5)."""
-    hello, other, again = [await _embed_one(ctx, t) for t in ("Hello", "conformance", "Hello")]
-    for label, values in (("'Hello'", hello), ("'conformance'", other)):
-        norm = math.sqrt(sum(v * v for v in values))
-        ctx.check.that(abs(norm - 1) <= 1e-3, f"L2 norm of the embedding of {label}", "1 +- 1e-3", norm)
-    ctx.check.that(
-        _max_diff(hello, again) <= 1e-5,
-        "'Hello' embedded again",
-        "the same vector (max diff <= 1e-5)",
-        _max_diff(hello, again),
-    )
-
-
-@case(
-    "EMBED-3",
-    requires=("embed",),
-    sends=(
-        "embed.request_id=empty",
-        "embed.request_id-malformed",
-    ),
-)
-async def embed_request_ids(ctx: Ctx) -> None:
-    """Embed echoes the request_id, assigns a non-empty one when it is empty, and rejects a malformed one."""
-    rid = ctx.uid("embed")
-    given = await ctx.call(ctx.inference.embed, EmbedRequest(request_id=rid, texts=["Hi"]))
-    ctx.check.equal("EmbedResponse.request_id", rid, given.request_id)
-    assigned = await ctx.call(ctx.inference.embed, EmbedRequest(texts=["Hi"]))
-    ctx.check.that(bool(assigned.request_id), "EmbedResponse.request_id for an empty one", "non-empty", "''")
-    bad = await ctx.call_status(ctx.inference.embed, EmbedRequest(request_id=rid + " !", texts=["Hi"]))
-    ctx.check.equal(f"Embed with request_id={rid + ' !'!r}", Status.INVALID_ARGUMENT.name, bad.code)
-    twins = await asyncio.gather(
-        *(ctx.call_status(ctx.inference.embed, EmbedRequest(request_id=rid, texts=["Hi"])) for _ in range(2))
-    )
-    ctx.check.equal(
-        "two concurrent Embeds with one request_id (not Generate ids)", ["OK", "OK"], [t.code for t in twins]
-    )
-    ctx.check.equal("Abort of an Embed request_id", [(rid, "NOT_IN_FLIGHT")], await abort(ctx, rid))
-
-
 PENALTIES = {"frequency_penalty": 2.0, "presence_penalty": 2.0, "repetition_penalty": 10.0}  # SAMPLE-5 limits
 
 
@@ -343,3 +265,36 @@ async def stop_string_limit(ctx: Ctx) -> None:
         (Status.INVALID_ARGUMENT,),
         f"a stop string of {limit + 1} bytes",
     )
+
+
+WAITING_LIMIT_TRIED = 64  # a server with a larger limit: too many streams to open for one case
+
+
+@case("CAP-5", tag="max_waiting_requests", exclusive=True, sends=("scenario.waiting-limit",))
+async def waiting_limit(ctx: Ctx) -> None:
+    """With limits.max_waiting_requests requests in flight, one more gets RESOURCE_EXHAUSTED and no
+    messages; the ones in flight are unaffected."""
+    limits = ctx.info.server.limits
+    limit = limits.max_waiting_requests if limits else 0
+    if not limit or limit > WAITING_LIMIT_TRIED:
+        raise CaseSkipped(
+            f"limits.max_waiting_requests={limit}: none, or more than {WAITING_LIMIT_TRIED} to open"
+        )
+    streams = [ctx.open(long_request(ctx)) for _ in range(limit)]
+    try:
+        for stream in streams:
+            await accepted(ctx, stream)
+        one_more = await ctx.generate(request(ctx, max_tokens=1))
+        expect_rejected(
+            ctx, one_more, (Status.RESOURCE_EXHAUSTED,), f"request {limit + 1} with {limit} in flight"
+        )
+        ctx.check.that(
+            all(s.record.end is End.OPEN for s in streams),
+            f"the {limit} requests in flight",
+            "unaffected (still open)",
+            [s.record.end.value for s in streams if s.record.end is not End.OPEN][:4],
+        )
+    finally:
+        await abort_all(ctx)
+        for stream in streams:
+            await stream.finish(ctx.budgets.release_s)

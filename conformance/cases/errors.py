@@ -13,6 +13,7 @@ from conformance.harness.context import Ctx
 from conformance.harness.load import quiet_load, released
 from conformance.harness.outcome import CaseSkipped, Mismatch
 from conformance.harness.requests import long_request, request
+from conformance.harness.target import TargetInfo
 from conformance.search.invalid import INVALID, Invalid, applicable
 from conformance.search.pool import copy_request
 from conformance.search.property import raise_outcome, search
@@ -20,7 +21,15 @@ from conformance.search.strategies import invalid_requests
 from conformance.spec.registry import case
 from conformance.stream.live import RawMessage
 from conformance.stream.record import End
-from lmrpc.v1 import DetokenizeRequest, EmbedRequest, FinishReason, GenerateRequest, TokenizeRequest
+from lmrpc.v1 import (
+    DetokenizeRequest,
+    EmbedRequest,
+    FinishReason,
+    GenerateRequest,
+    SamplingParams,
+    StoppingCriteria,
+    TokenizeRequest,
+)
 
 
 def _invalid_case(entry: Invalid) -> None:
@@ -196,6 +205,62 @@ async def reuse_after_finish(ctx: Ctx) -> None:
         ctx.check.that(
             record.ended_ok and record.error is None,
             f"Generate #{attempt + 1} with the id {rid!r}, right after the previous one ended",
+            "accepted, status OK",
+            status_of(record),
+        )
+
+
+@case("REQ-4", tag="id-128-bytes")
+async def longest_request_id(ctx: Ctx) -> None:
+    """A request_id of exactly 128 bytes of the allowed characters is accepted (and echoed)."""
+    rid = (ctx.uid("longest") + "-" + "x" * 128)[:128]
+    record = await ctx.generate(request(ctx, request_id=rid, max_tokens=1))
+    ctx.check.that(
+        record.ended_ok and record.error is None,
+        "Generate with a 128-byte request_id",
+        "accepted",
+        status_of(record),
+    )
+    ctx.check.equal("request_id on its messages", {rid}, {e.message.request_id for e in record.events})
+
+
+def _boundaries(info: TargetInfo) -> list[tuple[str, GenerateRequest]]:
+    """One request per closed end of a SAMPLE-5 range (the open ends are in the invalid table)."""
+
+    def sampled(**kw: float) -> GenerateRequest:
+        sampling = SamplingParams(**kw)  # type: ignore[arg-type]
+        return GenerateRequest(text="Hello", sampling=sampling, stopping=StoppingCriteria(max_tokens=2))
+
+    out = [
+        ("temperature=0", sampled(temperature=0.0)),
+        ("max_tokens=1", GenerateRequest(text="Hello", stopping=StoppingCriteria(max_tokens=1))),
+    ]
+    out.append(
+        (
+            "min_tokens=max_tokens",
+            GenerateRequest(text="Hello", stopping=StoppingCriteria(max_tokens=2, min_tokens=2)),
+        )
+    )
+    if info.has("truncation_sampling"):
+        out += [(f"{k}={v}", sampled(**{k: v})) for k, v in (("top_p", 1.0), ("min_p", 0.0), ("min_p", 1.0))]
+    if info.has("penalties"):
+        for name in ("frequency_penalty", "presence_penalty"):
+            out += [(f"{name}={v}", sampled(**{name: v})) for v in (-2.0, 2.0)]
+        out.append(("repetition_penalty=10", sampled(repetition_penalty=10.0)))
+    return out
+
+
+@case("SAMPLE-5", tag="boundaries-accepted")
+async def boundaries_accepted(ctx: Ctx) -> None:
+    """Every closed end of a SAMPLE-5 range is a valid value: accepted, and the stream ends OK."""
+    labelled = _boundaries(ctx.info)
+    for _, req in labelled:
+        req.request_id = ctx.uid()
+    records = await asyncio.gather(*(ctx.generate(req) for _, req in labelled))
+    for (label, _), record in zip(labelled, records, strict=True):
+        ctx.check.that(
+            record.ended_ok and record.error is None,
+            f"Generate with {label}",
             "accepted, status OK",
             status_of(record),
         )

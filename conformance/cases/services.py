@@ -188,7 +188,8 @@ async def health_watch(ctx: Ctx) -> None:
                     still_open = not ended
                 except TimeoutError:
                     still_open = True  # no transition while it ran, and not closed: as it should be
-            await stream.cancel()
+            if still_open:  # a stream the server already closed cannot be cancelled
+                await stream.cancel()
     except (GRPCError, StreamTerminatedError, ProtocolError) as exc:
         ctx.check.add("Health.Watch('')", "an open stream", f"{type(exc).__name__}: {exc}")
         return

@@ -222,6 +222,7 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("scenario.special-string-in-chat", "a special-token string inside chat content"),
     InputClass("scenario.stop-before-min-tokens", "a stop string that occurs before min_tokens"),
     InputClass("scenario.reuse-after-finish", "a Generate reusing the id of a finished request at once"),
+    InputClass("scenario.waiting-limit", "one request more than limits.max_waiting_requests"),
 )
 CLASSES: dict[str, InputClass] = {c.id: c for c in INPUT_CLASSES}
 
@@ -257,7 +258,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "REQ-2.1": ("REQ-2", "REQ-2[server-assigned]"),
     "REQ-3.1": ("REQ-3",),
     "REQ-3.2": ("REQ-3", "REQ-3[reuse-after-finish]", "ABORT-1[finished-then-reused]"),
-    "REQ-4.1": ("REQ-4[*]", "ERR-1[generated]"),
+    "REQ-4.1": ("REQ-4[*]", "ERR-1[generated]"),  # [id-128-bytes]: the accepted boundary
     "REQ-5.1": ("REQ-5[*]",),
     "REQ-6.1": ("REQ-6[max_tokens=window]",),
     "REQ-6.2": ("REQ-6[max_tokens=window]", "REQ-6[one-over]"),
@@ -328,7 +329,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "STOP-3.1": ("STOP-3",),
     "STOP-4.1": ("STOP-4[eos]",),
     "STOP-4.2": ("STOP-4[ignore_eos]",),
-    "STOP-5.1": ("STOP-5", "STOP-5[no-max-tokens]"),
+    "STOP-5.1": ("STOP-5", "STOP-5[no-max-tokens]", "STOP-5[default]"),
     "STOP-5.2": ("STOP-5", "STOP-2[before-min-tokens]"),
     "STOP-6.1": ("STOP-6[inside-token]",),
     "STOP-6.2": ("STOP-6[inside-token]",),
@@ -373,7 +374,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "CAP-1.2": ("SAMPLE-5[n=max+1]", "SAMPLE-5[top_logprobs=max+1]", "SAMPLE-5[stop_strings=max+1]"),
     "CAP-2.1": ("CAP-2[*]",),
     "CAP-3.1": ("CAP-3",),
-    "CAP-5.1": ("CAP-5[max_stop_string_bytes]",),
+    "CAP-5.1": ("CAP-5[max_stop_string_bytes]", "CAP-5[max_waiting_requests]"),
     "CAP-5.2": ("CAP-5[max_stop_string_bytes]",),
     "HEALTH-1.1": ("HEALTH-1",),
     "HEALTH-1.2": ("HEALTH-1",),

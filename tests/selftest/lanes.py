@@ -25,6 +25,7 @@ KNOWN_FAILURES = Path(__file__).with_name(
 )  # the reference's own, with the fix
 TOKEN_DELAY_S = "0.002"  # long requests stay in flight for seconds, so cancel and deadline cases bite
 KV_TOKENS = "100000"  # small enough that n=max_outputs full-window requests can never fit (REQ-7)
+MAX_WAITING = "64"  # small enough that CAP-5[max_waiting_requests] can reach it
 
 
 @dataclass
@@ -35,9 +36,15 @@ class Lane:
 
     @staticmethod
     def start(timeout_s: float = 120.0) -> Lane:
-        server = ServerProcess(
-            engine="fake", args=("--fake-token-delay", TOKEN_DELAY_S, "--kv-tokens", KV_TOKENS)
-        ).start()
+        lane_args = (
+            "--fake-token-delay",
+            TOKEN_DELAY_S,
+            "--kv-tokens",
+            KV_TOKENS,
+            "--max-waiting-requests",
+            MAX_WAITING,
+        )
+        server = ServerProcess(engine="fake", args=lane_args).start()
         ready = Path(tempfile.mkdtemp(prefix="lmrpc-zoo-")) / "ports.json"
         zoo = subprocess.Popen(
             [

@@ -222,6 +222,32 @@ def pin_seed(request: GenerateRequest) -> GenerateRequest:
     return request
 
 
+class Replayed:
+    """A server stream whose first message a mutant already read: hands it out once more (as
+    ``recv_message`` or by iteration) and counts what is sent on."""
+
+    def __init__(self, stream: Stream[Any, Any], first: Any) -> None:
+        self._stream, self._first = stream, first
+        self.deadline = stream.deadline
+        self.sent = 0
+
+    async def recv_message(self) -> Any:
+        first, self._first = self._first, None
+        return first
+
+    def __aiter__(self) -> Replayed:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._first is None:
+            raise StopAsyncIteration
+        return await self.recv_message()
+
+    async def send_message(self, message: Any) -> None:
+        self.sent += 1
+        await self._stream.send_message(message)
+
+
 def make_server(proxy: Proxy) -> Server:
     server = Server([proxy])
     server._mapping = _Mapping(server._mapping)

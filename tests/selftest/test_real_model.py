@@ -18,7 +18,9 @@ from .lanes import _cases, run_harness
 REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest"))
 TIME_SCALE = float(os.environ.get("LMRPC_MODEL_TIME_SCALE", "3"))  # a shared 2-core CPU is a slow accelerator
 
-pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
+# The full-context case (REQ-6[default-lowered]) sizes itself from the prefill rate measured while it
+# runs and may use its whole budget (810 s at --time-scale 3) on a busy machine: room for it and the rest.
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture(scope="module")

@@ -366,7 +366,7 @@ class ChatInput(betterproto2.Message):
 
     add_generation_prompt: "bool | None" = betterproto2.field(2, betterproto2.TYPE_BOOL, optional=True)
     """
-    Whether to append the template's assistant prefix. Absent means true.
+    Whether to append the template's assistant prefix. Absent means true (SAMPLE-8).
     """
 
 
@@ -406,7 +406,7 @@ class DetokenizeRequest(betterproto2.Message):
 
     skip_special_tokens: "bool | None" = betterproto2.field(2, betterproto2.TYPE_BOOL, optional=True)
     """
-    Omit special tokens. Absent means true.
+    Omit special tokens. Absent means true (SAMPLE-8).
     """
 
 
@@ -1029,12 +1029,12 @@ class ResponseOptions(betterproto2.Message):
 
     return_text: "bool | None" = betterproto2.field(1, betterproto2.TYPE_BOOL, optional=True)
     """
-    Send TokenDelta.text. Absent means true.
+    Send TokenDelta.text. Absent means true (SAMPLE-8).
     """
 
     return_token_ids: "bool | None" = betterproto2.field(2, betterproto2.TYPE_BOOL, optional=True)
     """
-    Send TokenDelta.token_ids. Absent means true. return_text and return_token_ids MUST NOT both be false.
+    Send TokenDelta.token_ids. Absent means true (SAMPLE-8). return_text and return_token_ids MUST NOT both be false.
     """
 
     return_logprobs: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
@@ -1050,7 +1050,7 @@ class ResponseOptions(betterproto2.Message):
 
     skip_special_tokens: "bool | None" = betterproto2.field(5, betterproto2.TYPE_BOOL, optional=True)
     """
-    Omit special tokens (such as EOS) from text. Absent means true.
+    Omit special tokens (such as EOS) from text. Absent means true (SAMPLE-8).
     """
 
     return_prompt_token_ids: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)

@@ -3,12 +3,14 @@ declares the cases (IDs or globs) that must fail against it, no more and no fewe
 
 from __future__ import annotations
 
+from .abort_faults import ABORT_FAULTS
 from .base import Mutant
-from .blind_spots import BLIND_SPOT_MUTANTS
 from .control import CONTROL_MUTANTS
 from .controls import CORRECT_VARIANTS
 from .requests import REQUEST_MUTANTS
+from .server_faults import SERVER_FAULTS
 from .stream import STREAM_MUTANTS
+from .stream_faults import STREAM_FAULTS
 from .unary import UNARY_MUTANTS
 
 MUTANTS: tuple[type[Mutant], ...] = (
@@ -16,7 +18,9 @@ MUTANTS: tuple[type[Mutant], ...] = (
     *CONTROL_MUTANTS,
     *UNARY_MUTANTS,
     *REQUEST_MUTANTS,
-    *BLIND_SPOT_MUTANTS,
+    *ABORT_FAULTS,
+    *STREAM_FAULTS,
+    *SERVER_FAULTS,
     *CORRECT_VARIANTS,
 )
 

@@ -221,6 +221,7 @@ class TemperatureZeroAsUnset(RequestRewrite):
             "SAMPLE-7",
             "STOP-1[stop-string]",
             "STOP-1[stop-token]",
+            "STOP-2[before-min-tokens]",
             "STOP-3",
             "STOP-4[eos]",
             "STOP-6[inside-token]",
@@ -249,7 +250,15 @@ class FinalOnlyIgnored(RequestRewrite):
 class InvalidIdAccepted(RequestRewrite):
     name = "invalid-id-accepted"
     fault = "a malformed request_id is sanitized and accepted instead of INVALID_ARGUMENT"
-    expected = frozenset({"REQ-4[*]", "ERR-1[generated]"})
+    expected = frozenset(
+        {
+            "ERR-1[generated]",
+            "REQ-4[id-129-bytes]",
+            "REQ-4[id-bang]",
+            "REQ-4[id-non-ascii]",
+            "REQ-4[id-space]",
+        }
+    )
 
     def edit(self, request: GenerateRequest) -> None:
         request.request_id = re.sub(r"[^A-Za-z0-9._:/-]", "-", request.request_id)[:128]

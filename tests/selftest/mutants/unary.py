@@ -12,6 +12,7 @@ from grpclib.server import Stream
 from conformance.stream.live import RawMessage
 from lmrpc.v1 import AbortResponse, PauseGenerationResponse
 
+from ..proxy import Replayed
 from .base import Mutant
 
 
@@ -100,7 +101,7 @@ class TokenizeAddsBos(UnaryMutant):
 class UnknownAbortFails(Mutant):
     name = "unknown-abort-fails"
     fault = "Abort of an id that is not in flight fails with NOT_FOUND"
-    expected = frozenset({"ABORT-1[*]", "ABORT-6"})
+    expected = frozenset({"ABORT-1[*]", "ABORT-6", "EMBED-3"})
 
     async def unary(self, method: str, request: Any) -> Any:
         if method == "abort" and request.request_ids is not None:
@@ -155,33 +156,12 @@ class HealthPerServiceMissing(Mutant):
             assert raw is not None
             if HealthCheckRequest.FromString(raw.data).service:
                 raise GRPCError(Status.NOT_FOUND, "unknown service")
-            replay = _Replay(stream, raw)
-            await forward(replay)
+            await forward(Replayed(stream, raw))
 
         mapping["/grpc.health.v1.Health/Check"] = Handler(
             check, Cardinality.UNARY_UNARY, RawMessage, RawMessage
         )
         return mapping
-
-
-class _Replay:
-    """A server stream whose first message was already read (re-delivered once)."""
-
-    def __init__(self, stream: Stream[Any, Any], first: RawMessage) -> None:
-        self._stream, self._first = stream, first
-        self.deadline = stream.deadline
-
-    def __aiter__(self) -> _Replay:
-        return self
-
-    async def __anext__(self) -> RawMessage:
-        if self._first is None:
-            raise StopAsyncIteration
-        first, self._first = self._first, None  # type: ignore[assignment]
-        return first
-
-    async def send_message(self, message: Any) -> None:
-        await self._stream.send_message(message)
 
 
 UNARY_MUTANTS: tuple[type[Mutant], ...] = (

@@ -1,0 +1,70 @@
+"""The coverage view of the case library (``conformance list --coverage``): the cases that send each
+input class and observe each MUST sentence of conformance/spec/coverage.py, and every gap."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from conformance.report.model import EXIT_FAIL, EXIT_OK
+from conformance.spec.coverage import INPUT_CLASSES, OBSERVED_BY, sentences
+from conformance.spec.registry import Case, all_cases, matches
+
+
+def coverage_gaps(cases: Sequence[Case]) -> tuple[dict[str, list[str]], dict[str, list[str]], list[str]]:
+    """Who sends each input class, who observes each MUST sentence, and every gap (a class no case
+    sends, a sentence no case observes, a table entry that names no case or no sentence)."""
+    senders = {c.id: [case.id for case in cases if c.id in case.sends] for c in INPUT_CLASSES}
+    texts = sentences()
+    observers = {
+        sid: sorted({c.id for c in cases for p in OBSERVED_BY.get(sid, ()) if matches(p, c)}) for sid in texts
+    }
+    gaps = [f"input class {cid}: no case sends it" for cid, who in senders.items() if not who]
+    gaps += [
+        f"sentence {sid}: no case observes it ({texts[sid][:70]})"
+        for sid, who in observers.items()
+        if not who
+    ]
+    gaps += [
+        f"OBSERVED_BY names a sentence that does not exist: {sid}" for sid in OBSERVED_BY if sid not in texts
+    ]
+    gaps += [
+        f"OBSERVED_BY[{sid}]: {pattern!r} names no case"
+        for sid, patterns in OBSERVED_BY.items()
+        for pattern in patterns
+        if not any(matches(pattern, c) for c in cases)
+    ]
+    return senders, observers, gaps
+
+
+def list_coverage(args: argparse.Namespace) -> int:
+    senders, observers, gaps = coverage_gaps(all_cases())
+    if args.json:
+        print(json.dumps({"input_classes": senders, "must_sentences": observers, "gaps": gaps}, indent=2))
+        return EXIT_FAIL if gaps else EXIT_OK
+    console = Console()
+    classes = Table(
+        "input class", "what", "sent by", title=f"{len(senders)} input classes", title_justify="left"
+    )
+    for item in INPUT_CLASSES:
+        who = senders[item.id]
+        classes.add_row(escape(item.id), escape(item.text), escape(", ".join(who)) if who else "[red]none")
+    console.print(classes)
+    texts = sentences()
+    table = Table(
+        "sentence", "observed by", "text", title=f"{len(texts)} MUST sentences", title_justify="left"
+    )
+    for sid, who in observers.items():
+        table.add_row(sid, escape(", ".join(who)) if who else "[red]none", escape(texts[sid][:90]))
+    console.print(table)
+    for gap in gaps:
+        console.print(f"[red]gap[/] {escape(gap)}")
+    console.print(
+        f"{len(gaps)} gaps" if gaps else "[green]every input class is sent and every MUST sentence observed"
+    )
+    return EXIT_FAIL if gaps else EXIT_OK
