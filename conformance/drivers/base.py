@@ -49,7 +49,9 @@ class Driver(ABC):
     protocol: ClassVar[str]  # one of PROTOCOLS
     service: ClassVar[str]  # the fully qualified service the protocol's calls go to
     abort_outcomes: ClassVar[bool] = True  # Abort reports per-id outcomes (ABORTED / NOT_IN_FLIGHT)
-    field_names: ClassVar[Mapping[str, str]] = MappingProxyType({})  # lmrpc.v1 field -> the protocol's name for it (ERR-3)
+    field_names: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {}
+    )  # lmrpc.v1 field -> the protocol's name for it (ERR-3)
 
     def express(self, request: GenerateRequest) -> GenerateRequest:
         """The request as this protocol carries it (the record keeps this one)."""

@@ -104,7 +104,9 @@ async def run_case(session: Session, case: Case) -> CaseResult:
             example="\n".join(
                 f"{c.t_s:7.3f}s {c.method}({show(c.request)}) {c.outcome}" for c in ctx.transcript
             ),
-            script=script(case.id, str(session.target.endpoint), ctx.transcript),
+            script=script(
+                case.id, str(session.target.endpoint), ctx.transcript, session.target.driver.protocol
+            ),
         )
     return result
 
