@@ -1,7 +1,9 @@
-"""``conformance``: run the lmrpc.v1 conformance cases against a server that is already running.
+"""``conformance``: run the lmrpc.v1 conformance cases against a server that is already running,
+over lmrpc.v1 or one of smg's engine protocols.
 
     conformance run --target 127.0.0.1:50051 --level must --junit out/junit.xml --json out/report.json
-    conformance list [--level must] [--run 'ABORT-*']
+    conformance run --target 127.0.0.1:30000 --protocol sglang-scheduler --assume deterministic_greedy
+    conformance list [--level must] [--run 'ABORT-*'] [--protocol vllm-engine]
     conformance replay out/report.json [CASE_ID ...] [--target host:port]
 
 Exit codes: 0 pass, 1 conformance failure, 2 usage error, 3 target unreachable or harness /
@@ -16,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from conformance import HARNESS_VERSION
+from conformance.drivers.base import PROTOCOLS
 from conformance.report.model import EXIT_USAGE
 
 
@@ -56,8 +59,27 @@ def _selection(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _protocol(parser: argparse.ArgumentParser, *, default: str) -> None:
+    parser.add_argument(
+        "--protocol",
+        choices=("auto", *PROTOCOLS),
+        default=default,
+        help="the wire protocol: lmrpc (lmrpc.v1), vllm-engine or sglang-scheduler (smg's engine "
+        "protocols); auto detects it: lmrpc.v1 first, then smg's probe order (SGLang, vLLM)",
+    )
+
+
 def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument("--target", required=required, metavar="HOST:PORT", help="the server under test")
+    _protocol(parser, default="auto")
+    parser.add_argument(
+        "--assume",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="what an engine-protocol server promises that its protocol cannot advertise: "
+        "deterministic_greedy, seeded_sampling (vllm-engine), prefix_cache; repeatable, comma-separated",
+    )
     parser.add_argument(
         "--time-scale",
         type=_positive_float,
@@ -146,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="list the cases: ID, clause, level, required capabilities")
     _selection(listing)
+    listing.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default=None,
+        help="print that protocol's clause profile: whether each clause applies, how it reads, or why not",
+    )
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     listing.add_argument(
         "--coverage",

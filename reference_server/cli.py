@@ -105,6 +105,13 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         help="serve lmrpc.v1 only, not also vllm.grpc.engine.VllmEngine (smg's vLLM worker protocol)",
     )
     parser.add_argument(
+        "--sglang-port",
+        type=int,
+        default=None,
+        help="also serve sglang.grpc.scheduler.SglangScheduler (smg's SGLang worker protocol) on this port "
+        "(0 picks a free one, written to --ready-file as 'sglang PORT' on the second line)",
+    )
+    parser.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -131,7 +138,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 attention_backend=args.attention,
                 embedding=not args.no_embedding,
                 num_threads=args.threads,
-                kv_events=not args.no_vllm_dialect,  # nothing else consumes them
+                kv_events=not args.no_vllm_dialect or args.sglang_port is not None,  # for smg only
                 weights=args.weights,
             ),
             limits=Limits(
@@ -149,6 +156,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
             auth_file=args.auth,
             max_worker_restarts=args.max_worker_restarts,
             vllm_dialect=not args.no_vllm_dialect,
+            sglang_port=args.sglang_port,
             metrics_port=args.metrics_port,
         )
     except ValueError as exc:

@@ -128,6 +128,7 @@ class ServerConfig:
     auth_file: str | None = None  # None: no authentication (see frontend/edge/auth.py)
     max_worker_restarts: int = 3  # consecutive restarts after a worker dies; 0: exit instead
     vllm_dialect: bool = True  # also serve vllm.grpc.engine.VllmEngine (smg's vLLM worker protocol)
+    sglang_port: int | None = None  # serve sglang.grpc.scheduler.SglangScheduler here (0: a free one)
     metrics_port: int | None = None  # Prometheus metrics over HTTP on this port (0: a free one)
 
     def __post_init__(self) -> None:
@@ -137,5 +138,9 @@ class ServerConfig:
             raise ValueError(f"max_worker_restarts={self.max_worker_restarts} must be >= 0")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port={self.metrics_port} must be in [0, 65535]")
+        if self.sglang_port is not None and not 0 <= self.sglang_port <= 65535:
+            raise ValueError(f"sglang_port={self.sglang_port} must be in [0, 65535]")
+        if self.sglang_port and self.sglang_port == self.port:
+            raise ValueError(f"sglang_port={self.sglang_port} must differ from port={self.port}")
         if self.startup_timeout_s <= 0 or self.drain_timeout_s < 0:
             raise ValueError("startup_timeout_s must be > 0 and drain_timeout_s >= 0")

@@ -41,6 +41,7 @@ class ServerProcess:
         self.startup_timeout_s = startup_timeout_s
         self.env = env
         self.port = 0
+        self.sglang_port = 0  # with --sglang-port: the port of the SGLang scheduler protocol
         self.process: subprocess.Popen[bytes] | None = None
         self._folder = Path(tempfile.mkdtemp(prefix="lmrpc-test-"))
         self.log_path = self._folder / "server.log"
@@ -48,6 +49,10 @@ class ServerProcess:
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sglang_target(self) -> str:
+        return f"127.0.0.1:{self.sglang_port}"
 
     def start(self) -> ServerProcess:
         ready_file = self._folder / "ready"
@@ -67,7 +72,12 @@ class ServerProcess:
                 self.stop()
                 raise ServerStartError(f"server not ready after {self.startup_timeout_s} s:\n{self.log()}")
             time.sleep(0.05)
-        self.port = int(ready_file.read_text())
+        first, *more = ready_file.read_text().splitlines()
+        self.port = int(first)
+        for line in more:
+            name, _, port = line.partition(" ")
+            if name == "sglang":
+                self.sglang_port = int(port)
         return self
 
     def log(self) -> str:

@@ -8,6 +8,8 @@ from grpclib.const import Status
 
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseFailed, Mismatch
+from conformance.spec.profiles import PROFILES
+from conformance.spec.registry import REGISTRY
 from conformance.stream.live import LiveStream
 from conformance.stream.record import End, StreamRecord
 from lmrpc.v1 import (
@@ -17,6 +19,12 @@ from lmrpc.v1 import (
     RequestIds,
     ResumeGenerationRequest,
 )
+
+
+def applies_here(ctx: Ctx, case_id: str) -> bool:
+    """Whether the case ``case_id`` applies in the protocol the run speaks (spec/profiles.py)."""
+    case = REGISTRY.get(case_id)
+    return case is None or PROFILES[ctx.session.target.driver.protocol].case(case).applies
 
 
 def ok(ctx: Ctx, record: StreamRecord, what: str = "the stream") -> StreamRecord:

@@ -74,9 +74,16 @@ async def expect_aborted_end(
     )
 
 
+def outcomes_reported(ctx: Ctx) -> bool:
+    """Whether the protocol's Abort says what it did per id (vllm-engine's answers nothing)."""
+    return ctx.session.target.driver.abort_outcomes
+
+
 async def abort_and_expect_end(ctx: Ctx, stream: LiveStream, n: int, what: str) -> None:
     rid = stream.record.request_id
-    ctx.check.equal(f"{what}: Abort outcomes", [(rid, "ABORTED")], await abort(ctx, rid))
+    outcomes = await abort(ctx, rid)
+    if outcomes_reported(ctx):
+        ctx.check.equal(f"{what}: Abort outcomes", [(rid, "ABORTED")], outcomes)
     await expect_aborted_end(ctx, stream, n, what, _tokens(stream))
 
 
@@ -273,7 +280,9 @@ async def abort_everything_waiting(ctx: Ctx) -> None:
 async def abort_before_arrival(ctx: Ctx) -> None:
     """An Abort that races ahead of its Generate wins: the Generate is accepted and ends ABORTED at once."""
     rid = ctx.uid("early")
-    ctx.check.equal("Abort of an id not yet in flight", [(rid, "NOT_IN_FLIGHT")], await abort(ctx, rid))
+    outcomes = await abort(ctx, rid)
+    if outcomes_reported(ctx):
+        ctx.check.equal("Abort of an id not yet in flight", [(rid, "NOT_IN_FLIGHT")], outcomes)
     stream = ctx.open(long_request(ctx, request_id=rid))
     record = await stream.finish(ctx.budgets.release_s)
     outputs = record.outputs()

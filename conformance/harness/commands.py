@@ -18,16 +18,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from conformance.drivers import Promises
+from conformance.drivers.detect import DetectionError
 from conformance.harness.outcome import CaseResult, Verdict
 from conformance.harness.runner import Progress, run_all
 from conformance.harness.session import Budgets, Session, Tuning
-from conformance.harness.target import Credentials, Endpoint, Target, TlsOptions
+from conformance.harness.target import Credentials, Endpoint, Target, TlsOptions, choose_driver
 from conformance.report.baseline import Baseline, BaselineError
 from conformance.report.console import progress_bar, render
 from conformance.report.coverage import list_coverage
 from conformance.report.files import write_json, write_junit
 from conformance.report.model import EXIT_FAIL, EXIT_INFRA, EXIT_OK, RunReport, exit_code
 from conformance.search.property import CI_PROFILE, EXPLORE_PROFILE
+from conformance.spec.clauses import CLAUSES
+from conformance.spec.profiles import PROFILES
 from conformance.spec.registry import Case, all_cases, expand_patterns, select
 
 
@@ -45,6 +49,15 @@ def _credentials(args: argparse.Namespace) -> Credentials:
     return Credentials(getattr(args, "token", None), getattr(args, "admin_token", None))
 
 
+def _promises(args: argparse.Namespace) -> Promises | None:
+    names = [n.strip() for value in getattr(args, "assume", []) for n in value.split(",") if n.strip()]
+    if not names:
+        return None
+    if args.protocol == "lmrpc":
+        raise ValueError("--assume is for engine protocols: an lmrpc.v1 server advertises its capabilities")
+    return Promises.parse(names)
+
+
 def _profile(args: argparse.Namespace) -> tuple[str, int | None]:
     name = args.profile or ("explore" if args.seed is not None else "ci")
     if name == "ci":
@@ -55,6 +68,8 @@ def _profile(args: argparse.Namespace) -> tuple[str, int | None]:
 def list_cases(args: argparse.Namespace) -> int:
     if args.coverage:
         return list_coverage(args)
+    if args.protocol:
+        return list_profile(args)
     cases = select(
         all_cases(), level=args.level, run=expand_patterns(args.run), skip=expand_patterns(args.skip)
     )
@@ -92,6 +107,73 @@ def list_cases(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def list_profile(args: argparse.Namespace) -> int:
+    """``conformance list --protocol X``: every clause, whether it applies there and how it reads
+    there, or why it cannot be checked there; and the cases a profile leaves out of a clause."""
+    profile = PROFILES[args.protocol]
+    cases = select(
+        all_cases(), level=args.level, run=expand_patterns(args.run), skip=expand_patterns(args.skip)
+    )
+    by_clause: dict[str, list[Case]] = {}
+    for case in cases:
+        by_clause.setdefault(case.clause.id, []).append(case)
+    rows = []
+    for clause in CLAUSES.values():
+        if args.level != "all" and clause.level.value.lower() != args.level:
+            continue
+        reading = profile.clause(clause.id)
+        own = by_clause.get(clause.id, [])
+        runs = [c.id for c in own if profile.case(c).applies]
+        left_out = {
+            c.id: profile.case(c).text for c in own if not profile.case(c).applies and reading.applies
+        }
+        rows.append((clause, reading, runs, left_out))
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "protocol": profile.protocol,
+                    "clauses": [
+                        {
+                            "clause": clause.id,
+                            "level": clause.level.value,
+                            "applies": reading.applies,
+                            "reads": reading.text,
+                            "cases": runs,
+                            "cases_left_out": left_out,
+                        }
+                        for clause, reading, runs, left_out in rows
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return EXIT_OK
+    applying = sum(reading.applies for _, reading, _, _ in rows)
+    table = Table(
+        "clause",
+        "level",
+        "applies",
+        "how it reads there, or why not",
+        "cases",
+        title=f"{profile.title} ({profile.protocol}): {applying} of {len(rows)} clauses apply",
+        title_justify="left",
+    )
+    for clause, reading, runs, left_out in rows:
+        note = reading.text or "as written"
+        if left_out:
+            note += "; not " + "; not ".join(f"{i}: {why}" for i, why in left_out.items())
+        table.add_row(
+            clause.id,
+            clause.level.value,
+            "yes" if reading.applies else "no",
+            escape(note),
+            escape(", ".join(runs) or "-"),
+        )
+    Console().print(table)
+    return EXIT_OK
+
+
 def _not_run(cases: list[Case], done: dict[str, CaseResult], reason: str) -> list[CaseResult]:
     return [
         done.get(c.id) or CaseResult(c.id, c.clause.id, c.level.value, Verdict.NOT_RUN, reason=reason)
@@ -115,6 +197,8 @@ async def execute(
     endpoint: Endpoint,
     cases: list[Case],
     *,
+    protocol: str = "lmrpc",
+    promises: Promises | None = None,
     budgets: Budgets,
     tuning: Tuning,
     profile: str,
@@ -133,8 +217,15 @@ async def execute(
 
     progress.on_result = on_result
     try:
-        target = await Target.connect(endpoint, budgets.connect_s)
-    except Exception as exc:  # unreachable, refused, TLS, not an lmrpc server...
+        driver, how = await choose_driver(endpoint, protocol, promises, budgets.connect_s)
+        report.protocol = driver.protocol
+        report.settings["protocol"] = how
+        target = await Target.connect(endpoint, budgets.connect_s, driver)
+    except DetectionError as exc:
+        report.aborted = f"target {endpoint}: {exc}"
+        report.results = _not_run(cases, done, report.aborted)
+        return
+    except Exception as exc:  # unreachable, refused, TLS, not a server of the protocol...
         report.aborted = f"target {endpoint} unreachable: {type(exc).__name__}: {exc}"
         report.results = _not_run(cases, done, report.aborted)
         return
@@ -167,6 +258,7 @@ async def run(args: argparse.Namespace) -> int:
         baseline = Baseline.load(args.baseline) if args.baseline else None
         endpoint = Endpoint.parse(args.target, _tls(args), _credentials(args))
         tuning = Tuning.for_level(args.level, args.max_examples)
+        promises = _promises(args)
     except (BaselineError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     registry = all_cases()
@@ -190,6 +282,7 @@ async def run(args: argparse.Namespace) -> int:
             "run": args.run,
             "skip": args.skip,
             "baseline": args.baseline,
+            "assume": [n for value in args.assume for n in value.split(",") if n],
         },
     )
     console = Console(highlight=False)
@@ -204,6 +297,8 @@ async def run(args: argparse.Namespace) -> int:
             await execute(
                 endpoint,
                 cases,
+                protocol=args.protocol,
+                promises=promises,
                 budgets=budgets,
                 tuning=tuning,
                 profile=profile,
@@ -270,10 +365,20 @@ async def replay(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     profile, seed = _profile(args)
+    if args.protocol == "auto" and previous.get("protocol"):
+        args.protocol = previous["protocol"]
+    if not getattr(args, "assume", None) and previous.get("settings", {}).get("assume"):
+        args.assume = list(previous["settings"]["assume"])
+    try:
+        promises = _promises(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     report = RunReport(str(endpoint), [], level="all")
     await execute(
         endpoint,
         cases,
+        protocol=args.protocol,
+        promises=promises,
         budgets=Budgets(scale=args.time_scale),
         tuning=Tuning.for_level(previous.get("level", "all"), args.max_examples),
         profile=profile,

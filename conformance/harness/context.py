@@ -179,9 +179,11 @@ class Ctx:
         if self.closed:
             raise asyncio.CancelledError("case already ended")
         call = self._record("inference", "generate", request, deadline_s=deadline_s)
+        driver = self.session.target.driver
         stream = LiveStream(
             channel or self.session.target.channel,
-            request,
+            driver,
+            driver.express(request),
             deadline_s=deadline_s,
             idle_s=idle_s or self.budgets.idle_s,
         )

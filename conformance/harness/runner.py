@@ -31,6 +31,7 @@ from conformance.harness.outcome import (
 )
 from conformance.harness.session import Session
 from conformance.report.repro import script
+from conformance.spec.profiles import PROFILES
 from conformance.spec.registry import Case
 from conformance.stream.live import StreamStalled
 from lmrpc.v1 import GenerateRequest, GetServerInfoRequest, StoppingCriteria
@@ -47,6 +48,10 @@ def _result(case: Case, verdict: Verdict, reason: str = "", **kw: object) -> Cas
 
 
 async def run_case(session: Session, case: Case) -> CaseResult:
+    protocol = session.target.driver.protocol
+    reading = PROFILES[protocol].case(case)
+    if not reading.applies:
+        return _result(case, Verdict.SKIP, f"n/a in {protocol}: {reading.text}")
     missing = [r for r in case.requires if not session.info.has(r)]
     if missing:
         return _result(case, Verdict.SKIP, f"capability absent: {', '.join(missing)}")
@@ -99,7 +104,9 @@ async def run_case(session: Session, case: Case) -> CaseResult:
             example="\n".join(
                 f"{c.t_s:7.3f}s {c.method}({show(c.request)}) {c.outcome}" for c in ctx.transcript
             ),
-            script=script(case.id, str(session.target.endpoint), ctx.transcript),
+            script=script(
+                case.id, str(session.target.endpoint), ctx.transcript, session.target.driver.protocol
+            ),
         )
     return result
 

@@ -1,7 +1,9 @@
-"""The server under test: where it is, what it says it is, and the channels the harness uses.
+"""The server under test: where it is, which protocol it speaks, what it says it is, and the
+channels the harness uses.
 
-The harness never spawns a server. It connects to ``host:port``, reads GetServerInfo and
-GetModelInfo once, and derives every case's preconditions from what the server advertises.
+The harness never spawns a server. It connects to ``host:port`` through the protocol's driver
+(``conformance.drivers``: lmrpc.v1 by default), reads what the server says about itself once, and
+derives every case's preconditions from what the server advertises.
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ from typing import Literal
 from grpclib.client import Channel
 from grpclib.config import Configuration
 
+from conformance.drivers import Driver, LmrpcDriver, Promises, make_driver
+from conformance.drivers.detect import detect
 from lmrpc.client import bearer_token, tls_context
 from lmrpc.v1 import (
     Capabilities,
     ControlServiceStub,
     EmbeddingModelInfo,
-    GetLoadRequest,
-    GetModelInfoRequest,
-    GetServerInfoRequest,
     InferenceServiceStub,
     ModelInfo,
     ServerInfo,
@@ -132,32 +133,29 @@ class Target:
     control: ControlServiceStub
     inference: InferenceServiceStub
     admin: ControlServiceStub  # for administrative RPCs: the admin token's channel, when one is given
+    driver: Driver  # the wire protocol: lmrpc.v1, or an engine protocol (conformance.drivers)
     admin_channel: Channel | None = None  # None: no admin token was given
     _extra: list[Channel] = field(default_factory=list)
 
     @staticmethod
-    async def connect(endpoint: Endpoint, timeout_s: float) -> Target:
+    async def connect(endpoint: Endpoint, timeout_s: float, driver: Driver | None = None) -> Target:
         """Open the shared channel and read the server's info. Raises on an unreachable target."""
+        driver = driver or LmrpcDriver()
         channel = endpoint.channel()
-        control = ControlServiceStub(channel)
         try:
-            server = await asyncio.wait_for(control.get_server_info(GetServerInfoRequest()), timeout_s)
-            model = await asyncio.wait_for(control.get_model_info(GetModelInfoRequest()), timeout_s)
-            load = await asyncio.wait_for(control.get_load(GetLoadRequest()), timeout_s)
+            found = await asyncio.wait_for(driver.discover(channel, timeout_s), 4 * timeout_s)
         except BaseException:
             channel.close()
             raise
-        info = TargetInfo(
-            server.server or ServerInfo(),
-            model.model or ModelInfo(),
-            model.embedding_model,
-            int(load.current.kv_tokens_total) if load.current else 0,
-        )
+        info = TargetInfo(found.server, found.model, found.embedding, found.kv_tokens_total)
+        control = driver.control(channel)
         admin_channel = None
         if endpoint.credentials.admin_token:
             admin_channel = endpoint.channel(token=endpoint.credentials.admin_token)
-        admin = ControlServiceStub(admin_channel) if admin_channel else control
-        return Target(endpoint, info, channel, control, InferenceServiceStub(channel), admin, admin_channel)
+        admin = driver.control(admin_channel) if admin_channel else control
+        return Target(
+            endpoint, info, channel, control, driver.inference(channel), admin, driver, admin_channel
+        )
 
     def fresh_channel(self, *, token: str | Literal["default"] | None = "default") -> Channel:
         """A separate HTTP/2 connection, for cases that must not share one (closed with the target);
@@ -170,3 +168,21 @@ class Target:
         for channel in [self.channel, *([self.admin_channel] if self.admin_channel else []), *self._extra]:
             channel.close()
         self._extra.clear()
+
+
+async def choose_driver(
+    endpoint: Endpoint, protocol: str, promises: Promises | None, timeout_s: float
+) -> tuple[Driver, str]:
+    """The driver for ``protocol``, or for the protocol ``auto`` detects (``drivers/detect.py``),
+    and what chose it. ``promises`` (``--assume``) apply to engine protocols only."""
+    how = "--protocol"
+    if protocol == "auto":
+        channel = endpoint.channel()
+        try:
+            found = await detect(channel, timeout_s)
+        finally:
+            channel.close()
+        protocol, how = found.protocol, f"--protocol auto: {found.how}"
+    if protocol == "lmrpc":
+        return make_driver(protocol), how
+    return make_driver(protocol, promises), how

@@ -24,6 +24,7 @@ class RunReport:
     duration_s: float = 0.0
     stale: list[str] = field(default_factory=list)
     aborted: str = ""  # why the run stopped early (target down, interrupted), if it did
+    protocol: str = "lmrpc"  # the wire protocol the run spoke (conformance.drivers)
 
     def counts(self, level: str | None = None) -> Counter[Verdict]:
         return Counter(r.verdict for r in self.results if level is None or r.level == level)
@@ -34,6 +35,7 @@ class RunReport:
             "harness_version": HARNESS_VERSION,
             "contract_revision": CONTRACT_REVISION,
             "target": self.target,
+            "protocol": self.protocol,
             "server": self.server,
             "level": self.level,
             "settings": self.settings,
@@ -75,7 +77,8 @@ def badge(report: RunReport) -> str:
         if level == "MUST":
             text += " PASS" if counts[Verdict.PASS] == ran and not counts[Verdict.NOT_RUN] else " FAIL"
         parts.append(text)
-    return f"lmrpc conformance r{CONTRACT_REVISION}: " + ", ".join(parts)
+    spoken = "" if report.protocol == "lmrpc" else f" ({report.protocol})"
+    return f"lmrpc conformance r{CONTRACT_REVISION}{spoken}: " + ", ".join(parts)
 
 
 def exit_code(report: RunReport) -> int:

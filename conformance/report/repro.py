@@ -1,8 +1,9 @@
 """Stand-alone repro scripts: the calls a failing case made, replayed with the lmrpc SDK.
 
-The script needs only ``lmrpc`` installed. Calls start at the offsets the harness used (streams run
-concurrently, as they did), so ordering-sensitive failures such as an abort racing a stream replay
-the same way.
+The script needs only ``lmrpc`` installed (and, for an engine protocol, the harness: its driver
+sends the same lmrpc.v1 calls over that protocol and prints the normalised events). Calls start
+at the offsets the harness used (streams run concurrently, as they did), so ordering-sensitive
+failures such as an abort racing a stream replay the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import contextlib
 import sys
 import time
 
-from lmrpc.client import LmrpcClient
+{client_import}
 from lmrpc.v1 import *  # noqa: F403
 
 nan, inf = float("nan"), float("inf")
@@ -53,7 +54,7 @@ async def unary(label, call):
 
 
 async def main():
-    async with LmrpcClient.connect(TARGET) as client:
+    async with {client_open} as client:
         start = time.monotonic()
         streams = []
 
@@ -70,8 +71,23 @@ if __name__ == "__main__":
 """
 
 
-def script(case_id: str, target: str, calls: Sequence[Call], filename: str = "repro.py") -> str:
-    lines = [_HEADER.format(case_id=case_id, target=target, filename=filename)]
+def script(
+    case_id: str, target: str, calls: Sequence[Call], protocol: str = "lmrpc", filename: str = "repro.py"
+) -> str:
+    if protocol == "lmrpc":
+        client_import, client_open = "from lmrpc.client import LmrpcClient", "LmrpcClient.connect(TARGET)"
+    else:
+        client_import = "from conformance.drivers.client import connect  # pip install 'lmrpc[conformance]'"
+        client_open = f"connect(TARGET, {protocol!r})"
+    lines = [
+        _HEADER.format(
+            case_id=case_id,
+            target=target,
+            filename=filename,
+            client_import=client_import,
+            client_open=client_open,
+        )
+    ]
     for i, call in enumerate(calls):
         label = f"[{i}] {call.method}"
         lines.append(f"        await at({call.t_s:.3f})")

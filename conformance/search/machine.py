@@ -273,7 +273,9 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
             repro = Repro(
                 kind="steps",
                 example=shown,
-                script=script(f"{clause}[stateful]", target, ctx.transcript[first_call:]),
+                script=script(
+                    f"{clause}[stateful]", target, ctx.transcript[first_call:], session.target.driver.protocol
+                ),
             )
             verdicts[clause] = Judgement(False, mismatches, repro)
             remaining.discard(clause)

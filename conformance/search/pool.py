@@ -228,6 +228,7 @@ async def check_on_pool(ctx: Ctx, clause: str) -> None:
             ctx.case_id,
             str(ctx.session.target.endpoint),
             [Call(0.0, "inference", "generate", entry.record.request)],
+            ctx.session.target.driver.protocol,
         ),
     )
     raise CaseFailed([*found, Mismatch("stream", "(see above)", entry.record.summary())])

@@ -205,6 +205,8 @@ def raise_outcome(ctx: Ctx, outcome: PropertyOutcome) -> None:
         example=outcome.example,
         blob=outcome.blob,
         seed=ctx.session.seed,
-        script=script(ctx.case_id, str(ctx.session.target.endpoint), calls),
+        script=script(
+            ctx.case_id, str(ctx.session.target.endpoint), calls, ctx.session.target.driver.protocol
+        ),
     )
     raise CaseFailed(outcome.mismatches)

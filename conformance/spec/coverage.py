@@ -387,4 +387,14 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "EMBED-2.1": ("EMBED-2",),
     "EMBED-3.1": ("EMBED-3",),
     "EMBED-3.2": ("EMBED-3",),
+    # engine protocols (smg), through their drivers
+    "SMG-1.1": ("SMG-1",),
+    "SMG-1.2": ("SMG-1",),
+    "SMG-2.1": ("SMG-2[eos]", "FINISH-5"),
+    "SMG-2.2": ("SMG-2[eos]",),
+    "SMG-2.3": ("REQ-6[exact-fit]", "REQ-6[one-over]", "REQ-5[token-id=vocab_size]"),
+    "SMG-3.1": ("SMG-3[*]",),
+    "SMG-3.2": ("SMG-3[*]", "LOAD-1[active]"),
+    "SMG-4.1": ("SMG-4",),
+    "SMG-4.2": ("SMG-4",),
 }

@@ -1,22 +1,26 @@
 """One Generate call driven by a background task, so a case can read, wait, abort or cancel it.
 
-Messages arrive as raw bytes and are decoded by ``conformance.stream.wire`` (invalid UTF-8 is recorded, not
+The protocol driver (``conformance.drivers``) makes the call and hands over lmrpc.v1 events: for
+lmrpc.v1 itself, raw bytes decoded by ``conformance.stream.wire`` (invalid UTF-8 is recorded, not
 fatal). The call ends in exactly one ``End`` state; cancelling the task resets the HTTP/2 stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from grpclib.client import Channel
-from grpclib.const import Cardinality
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from conformance.stream.record import End, Event, StreamRecord, event_kind
-from conformance.stream.wire import decode_response
 from lmrpc.v1 import GenerateRequest
+
+if TYPE_CHECKING:  # drivers sit beside this package and use its RawMessage
+    from conformance.drivers.base import Driver
 
 GENERATE = "/lmrpc.v1.InferenceService/Generate"
 
@@ -43,8 +47,15 @@ class StreamStalled(Exception):
 
 class LiveStream:
     def __init__(
-        self, channel: Channel, request: GenerateRequest, *, deadline_s: float | None, idle_s: float
+        self,
+        channel: Channel,
+        driver: Driver,
+        request: GenerateRequest,
+        *,
+        deadline_s: float | None,
+        idle_s: float,
     ) -> None:
+        self.driver = driver
         self.record = StreamRecord(request)
         self.idle_s = idle_s
         self._deadline_s = deadline_s
@@ -62,12 +73,9 @@ class LiveStream:
     async def _run(self, channel: Channel) -> None:
         record = self.record
         try:
-            async with channel.request(
-                GENERATE, Cardinality.UNARY_STREAM, GenerateRequest, RawMessage, timeout=self._deadline_s
-            ) as stream:
-                await stream.send_message(record.request, end=True)
-                while (raw := await stream.recv_message()) is not None:
-                    decoded = decode_response(raw.data)
+            messages = self.driver.events(channel, record.request, self._deadline_s, record.findings)
+            async with contextlib.aclosing(messages) as decoded_messages:
+                async for decoded in decoded_messages:
                     now = time.monotonic()
                     self._last_progress = now
                     event = Event(
@@ -80,7 +88,6 @@ class LiveStream:
                     )
                     record.events.append(event)
                     self._changed.set()
-                await stream.recv_trailing_metadata()
             record.end = End.OK
         except GRPCError as exc:
             record.end, record.status, record.status_message = End.STATUS, exc.status, exc.message or ""

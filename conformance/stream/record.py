@@ -60,6 +60,18 @@ def event_kind(message: GenerateResponse) -> str:
     return kind or "none"
 
 
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A contract break a protocol driver saw in the native messages themselves, where it leaves no
+    trace in the normalised events (a count that is not cumulative, an in-band error, ...): filed
+    under the clause whose protocol reading it breaks, and reported by that clause's validator."""
+
+    clause: str
+    what: str
+    want: str
+    got: str
+
+
 @dataclass(slots=True)
 class OutputView:
     """One output index as the stream delivered it (a missing ``output_index`` is read as 0)."""
@@ -100,6 +112,7 @@ class StreamRecord:
     status_message: str = ""
     duration_s: float = 0.0
     detail: str = ""  # what broke, for BROKEN and HUNG
+    findings: list[Finding] = field(default_factory=list)  # from the protocol driver (drivers/)
 
     @property
     def request_id(self) -> str:

@@ -64,7 +64,10 @@ async def gather_facts(
 
 
 def validate(record: StreamRecord, facts: Facts, clauses: Iterable[str] | None = None) -> list[Mismatch]:
+    """The mismatches of ``clauses``: each validator's, and the protocol driver's findings filed
+    under that clause (breaks of an engine protocol's own semantics, ``conformance.drivers``)."""
     found: list[Mismatch] = []
     for clause in clauses if clauses is not None else STREAM_CLAUSES:
         found.extend(VALIDATORS[clause](record, facts))
+        found.extend(Mismatch(f.what, f.want, f.got) for f in record.findings if f.clause == clause)
     return found

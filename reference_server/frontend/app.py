@@ -13,6 +13,7 @@ exits with status 1 within a second, for its supervisor to restart it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -43,6 +44,8 @@ from reference_server.frontend.metrics.observe import ObservedRequestTable, coun
 from reference_server.frontend.metrics.stats import ServingStats
 from reference_server.frontend.reflection import reflection_services
 from reference_server.frontend.requests import FlowHooks, RequestTable
+from reference_server.frontend.sglang.service import SGLANG_ADMIN_METHODS, SglangSchedulerService
+from reference_server.frontend.smg.dialect import TokenizerZipSource
 from reference_server.frontend.vllm.service import VLLM_ADMIN_METHODS, VllmEngineService
 from reference_server.frontend.workers import WorkerSet
 from reference_server.models.source import resolve_model
@@ -82,13 +85,15 @@ class Frontend:
         self.control = control
         services: list[Any] = [inference, control]
         admin_methods = ADMIN_METHODS
+        tokenizer_zip = TokenizerZipSource(self.ctx)  # one bundle for every smg dialect
         if config.vllm_dialect:  # smg's vLLM worker protocol, translated onto the two above
             services.append(
-                VllmEngineService(self.ctx, inference, control, self.kv_events, self.source, self.stats)
+                VllmEngineService(
+                    self.ctx, inference, control, self.kv_events, self.source, tokenizer_zip, self.stats
+                )
             )
             admin_methods |= VLLM_ADMIN_METHODS
-        health = Health({service: [self.ctx.health] for service in services})
-        self.server = Server([*services, health, *reflection_services([*services, health])])
+        self.server = self._grpc_server(services)
         policy = EdgePolicy(
             max_message_bytes=limits.max_message_bytes,
             stall_timeout_s=limits.stall_timeout_s,
@@ -98,16 +103,34 @@ class Frontend:
         descriptor_sets = [
             p.read_bytes() for p in sorted(descriptor_set_path().parent.glob("descriptor_set*.binpb"))
         ]
-        EdgeGuard(policy, StrictDecoder(descriptor_sets)).install(self.server)
-        if self.stats is not None:
-            count_rpcs(self.server, self.stats)
+        decoder = StrictDecoder(descriptor_sets)
+        EdgeGuard(policy, decoder).install(self.server)
+        # smg's SGLang worker protocol on a port of its own: smg probes SGLang's HealthCheck first,
+        # so a port answering both dialects would be taken for SGLang (detect_backend.rs).
+        self.sglang_server: Server | None = None
+        if config.sglang_port is not None:
+            sglang = SglangSchedulerService(
+                self.ctx, inference, control, self.kv_events, self.source, tokenizer_zip, self.stats
+            )
+            self.sglang_server = self._grpc_server([sglang])
+            sglang_policy = dataclasses.replace(policy, admin_methods=SGLANG_ADMIN_METHODS)
+            EdgeGuard(sglang_policy, decoder).install(self.sglang_server)
+        for server in (self.server, self.sglang_server):
+            if server is not None and self.stats is not None:
+                count_rpcs(server, self.stats)
         self.metrics: MetricsServer | None = None
         self.port = 0
+        self.sglang_port = 0
         self.exit_code = 0
         self._stop = asyncio.Event()
         self._restarts = 0
         self._serving_since = 0.0
         self._recovery: asyncio.Task[None] | None = None
+
+    def _grpc_server(self, services: list[Any]) -> Server:
+        """A server of ``services`` with grpc.health.v1 (the frontend's phase) and reflection."""
+        health = Health({service: [self.ctx.health] for service in services})
+        return Server([*services, health, *reflection_services([*services, health])])
 
     async def start(self) -> None:
         tls = _server_tls_context(self.config.tls) if self.config.tls else None
@@ -120,6 +143,11 @@ class Frontend:
             self.port,
             " with TLS" if tls else "",
         )
+        if self.sglang_server is not None and self.config.sglang_port is not None:
+            sglang_listener = _bind(self.config.host, self.config.sglang_port)
+            await self.sglang_server.start(sock=sglang_listener, ssl=tls)
+            self.sglang_port = sglang_listener.getsockname()[1]
+            log.info("sglang.grpc.scheduler.SglangScheduler on %s:%d", self.config.host, self.sglang_port)
         if self.stats is not None and self.config.metrics_port is not None:
             collector = ServerCollector(self.stats, self.control, self.kv_events, asyncio.get_running_loop())
             try:
@@ -139,7 +167,8 @@ class Frontend:
         self.ctx.set_phase(Phase.SERVING)
         log.info("serving %s on %s:%d", info.model_id, self.config.host, self.port)
         if self.config.ready_file:
-            _write_atomically(Path(self.config.ready_file), f"{self.port}\n")
+            extra = f"sglang {self.sglang_port}\n" if self.sglang_server is not None else ""
+            _write_atomically(Path(self.config.ready_file), f"{self.port}\n{extra}")
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -176,6 +205,9 @@ class Frontend:
         if self.port:
             self.server.close()
             await self.server.wait_closed()
+        if self.sglang_port and self.sglang_server is not None:
+            self.sglang_server.close()
+            await self.sglang_server.wait_closed()
         await self.workers.stop()
 
     def _worker_set(self) -> WorkerSet:

@@ -17,35 +17,19 @@ smg turns these into worker labels and routing inputs:
 from __future__ import annotations
 
 import datetime
-import json
 
 from lmrpc import __version__
 from lmrpc._gen.vllm.grpc import engine as vllm
 from lmrpc.v1 import Load, ModelInfo
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.frontend.context import SERVER_NAME
+from reference_server.frontend.smg.dialect import NO_TOKEN_ID, model_path_label, sampling_defaults_json
 from reference_server.frontend.smg.tokenizer_bundle import ARCHITECTURES
 from reference_server.ipc import EngineInfo
 from reference_server.models.source import ModelSource
 
-NO_TOKEN_ID = -1
-
-
-def model_path_label(source: ModelSource, model_id: str) -> str:
-    return str(source.path) if source.kind == "hf" else model_id
-
 
 def model_info(model: ModelInfo, source: ModelSource) -> vllm.GetModelInfoResponse:
-    defaults = model.defaults
-    sampling_defaults = {}
-    if defaults is not None:
-        sampling_defaults = {
-            "temperature": defaults.temperature,
-            "top_p": defaults.top_p,
-            "top_k": defaults.top_k,
-            "min_p": defaults.min_p,
-            "repetition_penalty": defaults.repetition_penalty,
-        }
     return vllm.GetModelInfoResponse(
         model_path=model_path_label(source, model.model_id),
         is_generation=True,
@@ -59,7 +43,7 @@ def model_info(model: ModelInfo, source: ModelSource) -> vllm.GetModelInfoRespon
         pad_token_id=NO_TOKEN_ID,
         bos_token_id=NO_TOKEN_ID if model.bos_token_id is None else model.bos_token_id,
         max_req_input_len=max(model.max_context_tokens - 1, 0),  # at least one token to generate
-        default_sampling_params_json=json.dumps(sampling_defaults, sort_keys=True),
+        default_sampling_params_json=sampling_defaults_json(model),
     )
 
 

@@ -18,9 +18,8 @@ import betterproto2
 from grpclib import GRPCError, Status
 
 from lmrpc._gen.vllm.grpc import engine as vllm
-from lmrpc.v1 import FinishReason, GenerateResponse, OutputFinished, RequestError, StopMatch, TokenLogprob
-
-FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.ABORTED: "abort"}
+from lmrpc.v1 import GenerateResponse, OutputFinished, StopMatch, TokenLogprob
+from reference_server.frontend.smg.events import finish_reason, logprobs_message, matched_stop, status_of
 
 
 @dataclass
@@ -64,7 +63,7 @@ class GenerateTranslator:
             return [vllm.GenerateResponse(complete=self._complete(event.finished, cached))]
         if kind == "error":
             assert event.error is not None
-            raise _status(event.error)
+            raise status_of(event.error)
         raise GRPCError(Status.INTERNAL, f"unexpected Generate event {kind!r}")
 
     def _complete(self, finished: OutputFinished, cached_tokens: int) -> vllm.GenerateComplete:
@@ -72,7 +71,7 @@ class GenerateTranslator:
         output = self._outputs.pop(index, _Output())
         complete = vllm.GenerateComplete(
             output_ids=output.token_ids,
-            finish_reason=FINISH_REASONS.get(finished.reason, "error"),
+            finish_reason=finish_reason(finished.reason),
             prompt_tokens=self.prompt_tokens,
             completion_tokens=finished.completion_tokens,
             cached_tokens=cached_tokens,
@@ -84,34 +83,12 @@ class GenerateTranslator:
 
 
 def _set_matched_stop(complete: vllm.GenerateComplete, stop: StopMatch | None) -> None:
-    if stop is None:
-        return
-    if stop.stop_string is not None:
-        complete.matched_stop_str = stop.stop_string
-    elif stop.stop_token_id is not None:
-        complete.matched_token_id = stop.stop_token_id
-    elif stop.eos_token_id is not None:
-        complete.matched_token_id = stop.eos_token_id
+    stop_string, token_id = matched_stop(stop)
+    if stop_string is not None:
+        complete.matched_stop_str = stop_string
+    elif token_id is not None:
+        complete.matched_token_id = token_id
 
 
 def _logprobs(logprobs: list[TokenLogprob]) -> vllm.OutputLogProbs | None:
-    if not logprobs:
-        return None
-    return vllm.OutputLogProbs(
-        token_logprobs=[lp.logprob for lp in logprobs],
-        token_ids=[lp.token_id for lp in logprobs],
-        top_logprobs=[
-            vllm.TopLogProbs(values=[c.logprob for c in lp.top], token_ids=[c.token_id for c in lp.top])
-            for lp in logprobs
-        ],
-    )
-
-
-def _status(error: RequestError) -> GRPCError:
-    try:
-        status = Status(error.code)
-    except ValueError:
-        status = Status.INTERNAL
-    if status is Status.OK:
-        status = Status.INTERNAL
-    return GRPCError(status, error.message)
+    return logprobs_message(vllm.OutputLogProbs, vllm.TopLogProbs, logprobs)

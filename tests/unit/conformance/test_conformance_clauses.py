@@ -60,4 +60,5 @@ def test_unchecked_clauses_say_why() -> None:
         "LIFE-1",
         "LIFE-2",
         "LIFE-4",
+        "SMG-5",
     }

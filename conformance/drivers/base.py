@@ -1,0 +1,74 @@
+"""What a protocol driver gives the harness: the two seams where the wire protocol shows.
+
+Cases speak lmrpc.v1 only: typed unary calls on ``ctx.control`` / ``ctx.inference`` and
+Generate through ``ctx.open`` / ``ctx.generate``. A driver maps those onto one wire protocol:
+
+- ``control`` / ``inference``: stubs with lmrpc.v1's methods and types (for lmrpc.v1 itself, the
+  generated ones; for an engine protocol, adapters that call its RPCs and translate the answers);
+- ``express``: the lmrpc.v1 request as the protocol can carry it (what a validator must judge:
+  a text prompt becomes the token ids the driver sends, an option the protocol lacks is gone);
+- ``events``: one Generate call, its native messages normalised into lmrpc.v1 events, following
+  the protocol's own documented semantics, with the breaks that leave no trace in the events
+  filed as findings;
+- ``discover``: what the server says about itself, as lmrpc.v1's ServerInfo and ModelInfo.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
+
+from grpclib.client import Channel
+
+from conformance.stream.record import Finding
+from conformance.stream.wire import Decoded
+from lmrpc.v1 import (
+    ControlServiceStub,
+    EmbeddingModelInfo,
+    GenerateRequest,
+    InferenceServiceStub,
+    ModelInfo,
+    ServerInfo,
+)
+
+PROTOCOLS = ("lmrpc", "vllm-engine", "sglang-scheduler")
+
+
+@dataclass(frozen=True, slots=True)
+class Discovered:
+    server: ServerInfo
+    model: ModelInfo
+    embedding: EmbeddingModelInfo | None
+    kv_tokens_total: int  # 0 when the server does not say
+
+
+class Driver(ABC):
+    protocol: ClassVar[str]  # one of PROTOCOLS
+    service: ClassVar[str]  # the fully qualified service the protocol's calls go to
+    abort_outcomes: ClassVar[bool] = True  # Abort reports per-id outcomes (ABORTED / NOT_IN_FLIGHT)
+    field_names: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {}
+    )  # lmrpc.v1 field -> the protocol's name for it (ERR-3)
+
+    def express(self, request: GenerateRequest) -> GenerateRequest:
+        """The request as this protocol carries it (the record keeps this one)."""
+        return request
+
+    @abstractmethod
+    def events(
+        self, channel: Channel, request: GenerateRequest, deadline_s: float | None, findings: list[Finding]
+    ) -> AsyncGenerator[Decoded]:
+        """One Generate call for ``request`` (already expressed), as lmrpc.v1 events. Raises what
+        grpclib raises (a status before the first message, a deadline, a reset)."""
+
+    @abstractmethod
+    def control(self, channel: Channel) -> ControlServiceStub: ...
+
+    @abstractmethod
+    def inference(self, channel: Channel) -> InferenceServiceStub: ...
+
+    @abstractmethod
+    async def discover(self, channel: Channel, timeout_s: float) -> Discovered: ...

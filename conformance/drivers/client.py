@@ -1,0 +1,36 @@
+"""An lmrpc.v1-shaped client over any protocol the harness drives, for repro scripts:
+
+async with connect("127.0.0.1:30000", "sglang-scheduler") as client:
+    async for event in client.inference.generate(GenerateRequest(...)):  # lmrpc.v1 events
+        print(event)
+    await client.control.abort(AbortRequest(...))
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from grpclib.client import Channel
+
+from conformance.drivers import make_driver
+from lmrpc.v1 import ControlServiceStub, InferenceServiceStub
+
+
+@dataclass(frozen=True, slots=True)
+class DriverClient:
+    control: ControlServiceStub
+    inference: InferenceServiceStub
+
+
+@asynccontextmanager
+async def connect(target: str, protocol: str, timeout_s: float = 30.0) -> AsyncIterator[DriverClient]:
+    host, _, port = target.rpartition(":")
+    channel = Channel(host.strip("[]") or "127.0.0.1", int(port))
+    try:
+        driver = make_driver(protocol)
+        await driver.discover(channel, timeout_s)  # an engine protocol's driver loads the tokenizer here
+        yield DriverClient(driver.control(channel), driver.inference(channel))
+    finally:
+        channel.close()

@@ -1,0 +1,59 @@
+"""lmrpc.v1 itself: the generated stubs, and Generate read as raw bytes (so invalid UTF-8 in a
+text delta is recorded, not fatal: ``conformance.stream.wire``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+
+from grpclib.client import Channel
+from grpclib.const import Cardinality
+
+from conformance.drivers.base import Discovered, Driver
+from conformance.stream.live import GENERATE, RawMessage
+from conformance.stream.record import Finding
+from conformance.stream.wire import Decoded, decode_response
+from lmrpc.v1 import (
+    ControlServiceStub,
+    GenerateRequest,
+    GetLoadRequest,
+    GetModelInfoRequest,
+    GetServerInfoRequest,
+    InferenceServiceStub,
+    ModelInfo,
+    ServerInfo,
+)
+
+
+class LmrpcDriver(Driver):
+    protocol = "lmrpc"
+    service = "lmrpc.v1.ControlService"
+
+    async def events(
+        self, channel: Channel, request: GenerateRequest, deadline_s: float | None, findings: list[Finding]
+    ) -> AsyncGenerator[Decoded]:
+        async with channel.request(
+            GENERATE, Cardinality.UNARY_STREAM, GenerateRequest, RawMessage, timeout=deadline_s
+        ) as stream:
+            await stream.send_message(request, end=True)
+            while (raw := await stream.recv_message()) is not None:
+                yield decode_response(raw.data)
+            await stream.recv_trailing_metadata()
+
+    def control(self, channel: Channel) -> ControlServiceStub:
+        return ControlServiceStub(channel)
+
+    def inference(self, channel: Channel) -> InferenceServiceStub:
+        return InferenceServiceStub(channel)
+
+    async def discover(self, channel: Channel, timeout_s: float) -> Discovered:
+        control = ControlServiceStub(channel)
+        server = await asyncio.wait_for(control.get_server_info(GetServerInfoRequest()), timeout_s)
+        model = await asyncio.wait_for(control.get_model_info(GetModelInfoRequest()), timeout_s)
+        load = await asyncio.wait_for(control.get_load(GetLoadRequest()), timeout_s)
+        return Discovered(
+            server.server or ServerInfo(),
+            model.model or ModelInfo(),
+            model.embedding_model,
+            int(load.current.kv_tokens_total) if load.current else 0,
+        )

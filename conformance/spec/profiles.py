@@ -1,0 +1,380 @@
+"""Per-protocol clause profiles: for each protocol the harness drives, whether each clause of
+docs/contract.md applies there, how it reads there, or why it cannot be checked there.
+
+lmrpc.v1 is the contract itself: every clause applies as written (the engine clauses of §14 do
+not). The engine protocols of smg (``vllm-engine``, ``sglang-scheduler``) carry less: no text, no
+PromptInfo, one ``matched_token_id`` for EOS and stop token, no capabilities; each reading says
+what the gateway relies on instead, with the smg source it comes from. ``conformance list
+--protocol X`` prints a profile; the table in docs/conformance.md is ``markdown_table()``.
+
+A case of a clause that does not apply is SKIP, with the reason; a case override narrows a
+clause that applies to some of its cases only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from conformance.spec.clauses import CLAUSES
+
+if TYPE_CHECKING:
+    from conformance.spec.registry import Case
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    applies: bool
+    text: str = ""  # how the clause reads there (applies), or why it cannot be checked there
+
+
+AS_WRITTEN = Reading(True)
+
+
+def reads(text: str) -> Reading:
+    return Reading(True, text)
+
+
+def na(text: str) -> Reading:
+    return Reading(False, text)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    protocol: str
+    title: str
+    clauses: Mapping[str, Reading]  # clause ID -> reading; a clause not listed applies as written
+    cases: Mapping[str, Reading] = field(default_factory=dict)  # case ID -> reading, overriding its clause's
+
+    def clause(self, clause_id: str) -> Reading:
+        clause = CLAUSES[clause_id]
+        if clause.unchecked is not None:
+            return na(f"unchecked: {clause.unchecked}")
+        return self.clauses.get(clause_id, AS_WRITTEN)
+
+    def case(self, case: Case) -> Reading:
+        return self.cases.get(case.id) or self.clause(case.clause.id)
+
+
+NO_TEXT = "no text: the gateway detokenizes (and matches stop strings again itself)"
+ENGINE_ONLY = (
+    "engine protocols only: lmrpc.v1 has LOAD-1, ABORT-3 and HEALTH-1/2 instead, and no GetTokenizer"
+)
+
+LMRPC = Profile(
+    "lmrpc",
+    "lmrpc.v1",
+    {f"SMG-{i}": na(ENGINE_ONLY) for i in range(1, 5)},
+)
+
+# What both engine protocols share; each protocol's profile overrides some of it.
+_ENGINE: dict[str, Reading] = {
+    "SVC-1": reads(
+        "the protocol's service is served: Generate, Abort, GetModelInfo and GetLoads answer (GetServerInfo "
+        "is optional: smg only warns when it fails)"
+    ),
+    "SVC-2": na(
+        "smg calls neither grpc.health.v1 nor reflection (its health is the engine HealthCheck: SMG-4); "
+        "`--protocol auto` reads reflection where it is served"
+    ),
+    "SVC-3": na("the protocols report no contract revision"),
+    "REQ-1": reads(
+        "an empty prompt (no token ids) or no input at all is INVALID_ARGUMENT; there is no chat input"
+    ),
+    "REQ-3": na(
+        "request ids are the gateway's, one per request; the protocols say nothing about a duplicate"
+    ),
+    "REQ-4": na("the protocols put no rule on request ids"),
+    "REQ-5": reads("a prompt or stop token id ≥ GetModelInfo.vocab_size is INVALID_ARGUMENT (smg: HTTP 400)"),
+    "REQ-6": reads(
+        "prompt + max_tokens must fit GetModelInfo.max_context_length, smg's context length "
+        "(create_worker.rs); the engine's default max_tokens is not reported"
+    ),
+    "REQ-7": reads("the KV capacity is GetLoads' max_total_num_tokens"),
+    "REQ-8": na("chat templates and special-token parsing are the gateway's: the server gets token ids"),
+    "SAMPLE-2": reads("with `--assume deterministic_greedy`: the protocols advertise nothing"),
+    "SAMPLE-4": na("the seed in effect is not reported (there is no PromptInfo)"),
+    "SAMPLE-7": reads("with `--assume deterministic_greedy`"),
+    "SAMPLE-8": na("options with no presence are always sent; the text options have nothing to act on"),
+    "STREAM-1": na(
+        "no PromptInfo: nothing comes before the first chunk, and the prompt length rides on every chunk "
+        "and complete (USAGE-2)"
+    ),
+    "STREAM-3": reads("`index` in [0, n) on every chunk and complete (proto3: an absent index reads 0)"),
+    "STREAM-4": na(NO_TEXT),
+    "STREAM-5": na(NO_TEXT),
+    "STREAM-7": reads(
+        "output_logprobs: one entry per token with its id and a logprob ≤ 0, top_logprobs with the entries "
+        "asked for, sorted; the protocols carry no rank (the driver derives it from the token's place in top)"
+    ),
+    "STREAM-10": na(
+        "no return_text, return_token_ids or return_prompt_token_ids: ids are always returned, text never"
+    ),
+    "FINISH-1": reads(
+        "exactly one complete per index and nothing for that index after it; status OK only once every index "
+        "has its complete"
+    ),
+    "FINISH-3": reads("the complete of the last unfinished index is the last message, then status OK"),
+    "FINISH-5": reads(
+        'matched_token_id / matched_stop_str only with "stop": a matched token id is the output\'s last '
+        "token and one of the request's stop_token_ids or GetModelInfo.eos_token_ids, a matched string one "
+        'of the request\'s stop strings; a "stop" with no match must end with an EOS id (vLLM reports no '
+        "match for EOS)"
+    ),
+    "FINISH-7": reads('"abort" only when an Abort, a cancel or a deadline ended the request'),
+    "USAGE-1": na(
+        "no usage message: smg builds usage from the completes (the largest prompt_tokens and cached_tokens, "
+        "the completion tokens summed; common/response_formatting.rs)"
+    ),
+    "USAGE-2": reads("prompt_tokens on every chunk and complete is the number of prompt ids sent"),
+    "USAGE-3": na("the sum is the gateway's (USAGE-1); each output's own count is USAGE-5's"),
+    "USAGE-4": reads("cached_tokens ≤ prompt_tokens on every chunk and complete"),
+    "USAGE-6": reads("with `--assume prefix_cache`: a repeated prompt reports cached_tokens > 0"),
+    "USAGE-7": na(
+        "FlushCache is an operator RPC whose timeout_s semantics are the engine's, and the case needs a quiet "
+        "server after it; not driven"
+    ),
+    "STOP-1": na(NO_TEXT),
+    "STOP-2": na(
+        "which token completes a stop string depends on text the protocols do not carry (smg matches stop "
+        "strings again itself: StopSequenceDecoder)"
+    ),
+    "STOP-4": reads("an EOS end reports matched_token_id = the EOS id, or no match (vLLM)"),
+    "STOP-6": na(NO_TEXT),
+    "STOP-7": na(NO_TEXT),
+    "N-1": reads("a complete for every index 0…n-1 and none for any other"),
+    "N-2": na(
+        "the gateway charges the prompt once (the largest prompt_tokens) and sums the completions; each "
+        "complete's counts are USAGE-2's and USAGE-5's"
+    ),
+    "ABORT-3": reads(
+        "GetLoads returns to its values before the request: num_running_reqs, num_waiting_reqs, "
+        "num_used_tokens, num_total_reqs (SMG-3)"
+    ),
+    "ABORT-4": reads(
+        "aborting the request ends every one of its n outputs (sgl-project/sglang#32588, smg-project/smg#1351)"
+    ),
+    "ABORT-5": na("there is no abort of all requests"),
+    "ABORT-7": na("an empty id list (vLLM) or an empty id (SGLang) is a no-op, not an error"),
+    "CANCEL-1": reads(
+        "a reset alone releases the request: smg also sends Abort when it drops a stream (abort_on_drop.rs), "
+        "vLLM's own protocol relies on the reset (smg-project/smg#2113)"
+    ),
+    "ERR-1": reads("an invalid request the protocol can express fails with a status and no messages"),
+    "ERR-2": reads(
+        "a failure after the first message ends the call with a non-OK status (smg needs the code for retries "
+        "and circuit breakers, sgl-project/sglang#19972): never an in-band error, never a complete with "
+        '"error" and status OK'
+    ),
+    "ERR-4": na(
+        "the cases call lmrpc.v1 paths; on an engine port, the other engines' HealthCheck is SMG-4's"
+    ),
+    "MALFORMED-1": na(
+        "the cases send raw lmrpc.v1 messages; the reference server's tests cover its engine ports"
+    ),
+    "MALFORMED-2": na("the cases send raw lmrpc.v1 messages"),
+    "MALFORMED-3": na("the cases send raw lmrpc.v1 messages"),
+    "MALFORMED-4": na("the cases send raw lmrpc.v1 messages"),
+    "CAP-1": na(
+        "no capability flags; an option a server cannot honour must still fail, never be ignored (the "
+        "reference server: UNIMPLEMENTED naming the field, which smg answers with HTTP 501)"
+    ),
+    "CAP-2": na("nothing is advertised; `--assume` states what the server promises"),
+    "CAP-3": reads(
+        "GetModelInfo: vocab_size > 0, max_context_length > 0, every eos id < vocab_size, "
+        "default_sampling_params_json within the SAMPLE-5 ranges"
+    ),
+    "CAP-5": na("the protocols report no limits"),
+    "HEALTH-1": na("smg reads the engine HealthCheck, never grpc.health.v1 (SMG-4)"),
+    "HEALTH-2": na("smg reads the engine HealthCheck (SMG-5)"),
+    "LOAD-1": reads(
+        "GetLoads: with nothing in flight num_running_reqs, num_waiting_reqs, num_used_tokens and "
+        "num_total_reqs are 0 on every rank; an open stream is counted"
+    ),
+    "TOK-1": na("no Tokenize: the gateway tokenizes with the GetTokenizer bundle (SMG-1)"),
+    "TOK-2": na("no Tokenize or Detokenize"),
+    "EMBED-1": na("Embed (one tokenized input per call) is not driven"),
+    "EMBED-2": na("Embed is not driven"),
+    "EMBED-3": na("Embed is not driven"),
+    "LIFE-3": na("no PauseGeneration; FlushCache is not driven (USAGE-7)"),
+    "FLOW-1": na("the cases speak lmrpc.v1 over raw HTTP/2; the edge guard covers the engine ports too"),
+    "FLOW-2": na("the cases speak lmrpc.v1 over raw HTTP/2"),
+    "AUTH-1": na("the protocols define no credentials or roles"),
+    "AUTH-2": na("the protocols define no credentials or roles"),
+    "AUTH-3": na("the protocols define no credentials or roles"),
+}
+
+_ENGINE_CASES: dict[str, Reading] = {
+    "REQ-1[empty-chat]": na("there is no chat input"),
+    "REQ-2[server-assigned]": na("smg always sends a request id"),
+    "REQ-6[default-lowered]": na("the engine's default max_tokens is not reported"),
+    "SAMPLE-1[max_tokens-default]": na("the engine's default max_tokens is not reported"),
+    "SAMPLE-5[n=max+1]": na("no max_outputs is advertised"),
+    "SAMPLE-5[top_logprobs=max+1]": na("no max_top_logprobs is advertised"),
+    "SAMPLE-5[stop_strings=max+1]": na("no max_stop_strings is advertised"),
+    "SAMPLE-5[stop_string=empty]": na("neither engine documents a rule for an empty stop string"),
+    "SAMPLE-5[return_text=return_token_ids=false]": na("no return_text / return_token_ids options"),
+    "SAMPLE-5[repetition_penalty=0]": na(
+        "the engines' own ranges for repetition_penalty differ from lmrpc's at 0"
+    ),
+    "SAMPLE-5[n=0]": na("n = 0 reads as unset (1)"),
+    "ERR-1[generated]": na(
+        "its generated values include ones the protocols read as unset (n = 0) or do not limit"
+    ),
+    "ERR-1[control]": na("no Tokenize or Detokenize"),
+    "ERR-1[embed]": na("Embed is not driven"),
+    "USAGE-2[tokenize]": na("no Tokenize: USAGE-2 is checked against the prompt ids sent"),
+    "FINISH-5[stop-token-is-eos]": na("one matched_token_id for an EOS token and a stop token alike"),
+    "LOAD-1[waiting]": na("no PauseGeneration to hold a request waiting"),
+}
+
+VLLM = Profile(
+    "vllm-engine",
+    "vllm.grpc.engine (smg)",
+    {
+        **_ENGINE,
+        "REQ-2": na("vLLM's responses carry no request id"),
+        "SAMPLE-1": reads(
+            "presence kept for temperature, max_tokens and seed; 0 reads as unset for top_p, top_k, min_p, the "
+            "penalties, n and min_tokens; defaults are default_sampling_params_json's"
+        ),
+        "SAMPLE-3": reads(
+            "with `--assume seeded_sampling`; the seed is an int32 (the driver sends lmrpc's seed mod 2³¹)"
+        ),
+        "SAMPLE-5": reads(
+            "the ranges vLLM checks that the protocol can express (0 reads as unset for top_p and "
+            "repetition_penalty, vLLM puts no upper bound on repetition_penalty, nothing is advertised)"
+        ),
+        "SAMPLE-6": reads("with `--assume seeded_sampling`"),
+        "STREAM-2": reads(
+            "chunks carry only new ids (smg's ChunkSemantics::Delta, proto_wrapper.rs): an output's chunks add "
+            "up to its tokens, never more than max_tokens (a stream has no total to compare with)"
+        ),
+        "STREAM-6": reads(
+            "responses carry no id: checked by content (concurrent greedy requests give what each gives alone)"
+        ),
+        "STREAM-8": reads(
+            "stream=false: one complete per output with all its output_ids (smg collects only the completes, "
+            "response_collection.rs); a greedy or seeded result equals the streamed one"
+        ),
+        "FINISH-2": reads(
+            "every token reaches a chunk before its output's complete (smg streams chunk ids only); a streaming "
+            "complete's output_ids (empty, or the last delta as vLLM's servicer sends) carry no id no chunk "
+            "carried, and its completion_tokens is at most what the chunks carried (smg-project/smg#282)"
+        ),
+        "FINISH-4": reads(
+            'finish_reason is "stop", "length" or "abort" ("error" is a failure dressed as a finish: ERR-2)'
+        ),
+        "USAGE-5": reads(
+            "a chunk's completion_tokens is its own id count (delta: smg counts the chunks' ids); stream=false, "
+            "a complete's is its output_ids' count; ≤ max_tokens, ≥ min_tokens"
+        ),
+        "ABORT-1": na(
+            "Abort answers nothing per id (AbortResponse is empty), and an empty id list is a no-op"
+        ),
+        "ABORT-2": reads(
+            "(Abort reports no outcome) the stream ends promptly: every unfinished output gets a complete "
+            '"abort" counting the tokens delivered; status OK'
+        ),
+        "ABORT-6": reads("an Abort that overtakes its Generate still wins (Abort reports no outcome)"),
+        "SMG-4": reads(
+            "on a vLLM port, SGLang's HealthCheck (which smg probes first) answers a non-OK status"
+        ),
+    },
+    {
+        **_ENGINE_CASES,
+        "SAMPLE-5[top_p=0]": na("top_p = 0 reads as unset"),
+        "SAMPLE-5[repetition_penalty=11]": na("vLLM puts no upper bound on repetition_penalty"),
+        "SAMPLE-5[top_logprobs-without-return_logprobs]": na("one logprobs field: a count means logprobs on"),
+    },
+)
+
+SGLANG = Profile(
+    "sglang-scheduler",
+    "sglang.grpc.scheduler (smg)",
+    {
+        **_ENGINE,
+        "REQ-2": reads("every response echoes the request_id"),
+        "SAMPLE-1": reads(
+            "no presence: every value is sent, absent ones as default_sampling_params_json says (as smg does), "
+            'so temperature 0 is greedy and never "unset"'
+        ),
+        "SAMPLE-3": na("no seed field"),
+        "SAMPLE-5": reads(
+            "the ranges SGLang checks that the protocol can express (max_new_tokens = 0 is a prefill-only "
+            "request; top_logprobs_num counts only with return_logprob; nothing is advertised)"
+        ),
+        "SAMPLE-6": na("no seed field"),
+        "STREAM-2": reads(
+            'chunk ids are new ids ("incremental chunk") while counts are cumulative: the ids of an output\'s '
+            "chunks add up to its complete's completion_tokens"
+        ),
+        "STREAM-6": reads("every response carries its own request_id"),
+        "STREAM-8": reads(
+            "stream=false: one complete per output with all its output_ids (smg collects only the completes, "
+            "response_collection.rs); a greedy result equals the streamed one"
+        ),
+        "FINISH-2": reads(
+            "every token reaches a chunk before its output's complete (sgl-project/sglang#19895): the complete's "
+            "completion_tokens equals the ids its chunks carried, and its output_ids (all of them, or the last "
+            "delta) carry no id no chunk carried"
+        ),
+        "FINISH-4": reads('finish_reason is "stop", "length" or "abort"'),
+        "USAGE-5": reads(
+            "a chunk's completion_tokens is the output's id count so far (cumulative), the complete's the whole "
+            "output's (smg takes it from there); ≤ max_tokens, ≥ min_tokens"
+        ),
+        "ABORT-1": reads(
+            "one id per call: success is true only for a request in flight that no earlier Abort covered, false "
+            "for unknown, finished or covered ids, and the call never fails"
+        ),
+        "ABORT-2": reads(
+            'success = true; the stream ends promptly: every unfinished output gets a complete "abort" counting '
+            "the tokens delivered; status OK"
+        ),
+        "ABORT-6": reads("an Abort that overtakes its Generate (success = false) still wins"),
+        "SMG-4": reads(
+            "SGLang is the first protocol smg probes: its HealthCheck answering OK is what finds it"
+        ),
+    },
+    {
+        **_ENGINE_CASES,
+        "ABORT-1[duplicate-ids]": na("one id per call"),
+        "SAMPLE-5[max_tokens=0]": na("max_new_tokens = 0 is a prefill-only request in SGLang"),
+        "SAMPLE-5[top_logprobs-without-return_logprobs]": na(
+            "top_logprobs_num counts only with return_logprob"
+        ),
+        "SAMPLE-1[defaults]": na(
+            "no seed field: absent and explicit defaults cannot be compared token by token"
+        ),
+        "STREAM-8[seeded]": na("no seed field"),
+    },
+)
+
+PROFILES: dict[str, Profile] = {p.protocol: p for p in (LMRPC, VLLM, SGLANG)}
+
+
+def _cell(profile: Profile, clause_id: str, case_ids: list[str]) -> str:
+    reading = profile.clause(clause_id)
+    if reading.text.startswith("unchecked: "):
+        return reading.text
+    text = ("✓" if reading.applies else "—") + (f" {reading.text}" if reading.text else "")
+    if reading.applies:
+        narrowed = [f"`{i}`: {profile.cases[i].text}" for i in case_ids if i in profile.cases]
+        if narrowed:
+            text += " — not " + "; not ".join(narrowed)
+    return text.replace("|", "\\|")
+
+
+def markdown_table(case_ids: Mapping[str, list[str]]) -> str:
+    """Every clause of docs/contract.md, one row each, read for every protocol (``case_ids``: each
+    clause's case IDs, for the cases a profile leaves out)."""
+    header = (
+        "| clause | level | " + " | ".join(f"{p.title} (`{p.protocol}`)" for p in PROFILES.values()) + " |"
+    )
+    lines = [header, "|---|---|" + "---|" * len(PROFILES)]
+    for clause in CLAUSES.values():
+        cells = [_cell(p, clause.id, case_ids.get(clause.id, [])) for p in PROFILES.values()]
+        lines.append(f"| {clause.id} | {clause.level.value} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

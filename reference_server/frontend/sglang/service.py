@@ -1,0 +1,191 @@
+"""``sglang.grpc.scheduler.SglangScheduler``: the worker protocol that smg speaks to SGLang,
+served by the reference frontend on its own port (``--sglang-port``).
+
+Its own port because smg detects a worker's protocol by which engine's ``HealthCheck`` answers,
+trying SGLang's first (``detect_backend.rs``): a port answering both SGLang and vLLM would be
+taken for SGLang. Like the vLLM dialect it is a thin translation layer onto the in-process
+lmrpc services (one engine, one request table, one set of limits and checks);
+``docs/sglang-dialect.md`` maps every field and says what the protocol cannot express.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import cast
+
+import grpclib.const
+from grpclib import GRPCError, Status
+
+from lmrpc._gen.sglang.grpc import scheduler as sglang
+from lmrpc._gen.smg.grpc.common import (
+    FlushCacheRequest,
+    FlushCacheResponse,
+    GetTokenizerChunk,
+    GetTokenizerRequest,
+    ProfileResponse,
+    StartProfileRequest,
+    StopProfileRequest,
+)
+from lmrpc.v1 import AbortRequest, AbortStatus, GenerateResponse, GetServerInfoRequest, RequestIds
+from lmrpc.v1 import FlushCacheRequest as LmrpcFlushCacheRequest
+from reference_server.frontend.context import FrontendContext
+from reference_server.frontend.control import ControlService
+from reference_server.frontend.inference import InferenceService
+from reference_server.frontend.kv_events import KvEventHub
+from reference_server.frontend.sglang import info
+from reference_server.frontend.sglang.requests import to_lmrpc
+from reference_server.frontend.sglang.responses import GenerateTranslator
+from reference_server.frontend.smg.dialect import DialectBase, ServingRates, TokenizerZipSource
+from reference_server.frontend.smg.kv_stream import kv_events_handler
+from reference_server.frontend.vllm.requests import unimplemented
+from reference_server.models.source import ModelSource
+
+SERVICE = "/sglang.grpc.scheduler.SglangScheduler/"
+SUBSCRIBE_KV_EVENTS = SERVICE + "SubscribeKvEvents"
+#: The protocol's administrative RPCs: the admin role when authentication is on (AUTH-2).
+SGLANG_ADMIN_METHODS = frozenset(
+    SERVICE + name
+    for name in ("FlushCache", "StartProfile", "StopProfile", "LoadLoRAAdapter", "UnloadLoRAAdapter")
+)
+
+
+class SglangSchedulerService(DialectBase, sglang.SglangSchedulerBase):
+    def __init__(
+        self,
+        context: FrontendContext,
+        inference: InferenceService,
+        control: ControlService,
+        kv_events: KvEventHub,
+        source: ModelSource,
+        tokenizer_zip: TokenizerZipSource,
+        rates: ServingRates | None = None,
+    ) -> None:
+        super().__init__(context, inference, control, source, tokenizer_zip)
+        self.kv_events = kv_events
+        self.rates = rates
+        self._last_receive = 0.0
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        mapping = super().__mapping__()
+        subscribe = mapping[SUBSCRIBE_KV_EVENTS]
+        mapping[SUBSCRIBE_KV_EVENTS] = grpclib.const.Handler(
+            kv_events_handler(self.kv_events),
+            subscribe.cardinality,
+            subscribe.request_type,
+            subscribe.reply_type,
+        )
+        return mapping
+
+    # ── generation ──────────────────────────────────────────────────────────────────────────
+
+    async def generate(self, message: sglang.GenerateRequest) -> AsyncIterator[sglang.GenerateResponse]:
+        self._last_receive = time.time()
+        request = to_lmrpc(message)
+        translator = GenerateTranslator(stream=message.stream)
+        lmrpc_events = cast(AsyncGenerator[GenerateResponse], self.inference.generate(request))
+        async with contextlib.aclosing(lmrpc_events) as events:
+            async for event in events:
+                for response in translator.translate(event):
+                    yield response
+
+    async def abort(self, message: sglang.AbortRequest) -> sglang.AbortResponse:
+        """One id per call; ``success`` says whether it covered a request in flight (``reason``
+        is the caller's note: smg sends "Stream dropped"). An unknown id is remembered for the
+        abort grace period, so an Abort that overtakes its Generate still wins (ABORT-6)."""
+        rid = message.request_id
+        if not rid:
+            return sglang.AbortResponse(success=False, message="request_id is empty: nothing to abort")
+        response = await self.control.abort(AbortRequest(request_ids=RequestIds(ids=[rid])))
+        aborted = any(o.status == AbortStatus.ABORTED for o in response.outcomes)
+        return sglang.AbortResponse(
+            success=aborted, message=f"request {rid} {'aborted' if aborted else 'is not in flight'}"
+        )
+
+    async def embed(self, message: sglang.EmbedRequest) -> sglang.EmbedResponse:
+        """The ids are decoded back to text for the embedding model (``embed_token_ids``)."""
+        if message.is_cross_encoder or message.texts:
+            raise unimplemented("is_cross_encoder, texts", "no cross-encoder scoring")
+        if message.mm_inputs is not None:
+            raise unimplemented("mm_inputs", "a text-only model")
+        ids = list(message.tokenized.input_ids) if message.tokenized is not None else []
+        values, prompt_tokens = await self.embed_token_ids(message.request_id, ids)
+        return sglang.EmbedResponse(embedding_dim=len(values), embedding=values, prompt_tokens=prompt_tokens)
+
+    # ── health and discovery ────────────────────────────────────────────────────────────────
+
+    async def health_check(self, message: sglang.HealthCheckRequest) -> sglang.HealthCheckResponse:
+        healthy, why = self.health()
+        return sglang.HealthCheckResponse(healthy=healthy, message=why)
+
+    async def get_model_info(self, message: sglang.GetModelInfoRequest) -> sglang.GetModelInfoResponse:
+        return info.model_info(await self.lmrpc_model(), self.source)
+
+    async def get_server_info(self, message: sglang.GetServerInfoRequest) -> sglang.GetServerInfoResponse:
+        engine = self.ctx.ready_engine()
+        load = await self.lmrpc_load()
+        server = (await self.control.get_server_info(GetServerInfoRequest())).server
+        assert server is not None
+        return info.server_info(
+            load,
+            engine.info,
+            await self.lmrpc_model(),
+            self.source,
+            uptime_seconds=server.uptime_seconds,
+            last_receive_timestamp=self._last_receive,
+        )
+
+    async def get_loads(self, message: sglang.GetLoadsRequest) -> sglang.GetLoadsResponse:
+        if message.dp_rank not in (None, 0):
+            raise GRPCError(
+                Status.INVALID_ARGUMENT,
+                f"dp_rank={message.dp_rank}: this server has one data-parallel rank (0)",
+            )
+        engine = self.ctx.ready_engine()
+        load = await self.lmrpc_load()
+        rates = self.rates
+        return info.loads(
+            load,
+            engine.info,
+            gen_throughput=rates.gen_throughput() if rates else 0.0,
+            cache_hit_rate=rates.cache_hit_rate() if rates else 0.0,
+        )
+
+    async def get_tokenizer(self, message: GetTokenizerRequest) -> AsyncIterator[GetTokenizerChunk]:
+        async for chunk in self.tokenizer_chunks():
+            yield chunk
+
+    # ── administration ──────────────────────────────────────────────────────────────────────
+
+    async def flush_cache(self, message: FlushCacheRequest) -> FlushCacheResponse:
+        """Never waits and never fails for requests in flight: prefixes they use stay cached."""
+        if not math.isfinite(message.timeout_s) or message.timeout_s < 0:
+            raise GRPCError(Status.INVALID_ARGUMENT, f"timeout_s={message.timeout_s} must be >= 0 and finite")
+        response = await self.control.flush_cache(LmrpcFlushCacheRequest())
+        return FlushCacheResponse(
+            success=True,
+            message=f"released {response.released_tokens} cached KV tokens (prefixes in use stay cached)",
+        )
+
+    async def start_profile(self, message: StartProfileRequest) -> ProfileResponse:
+        raise unimplemented("StartProfile", "it has no profiler")
+
+    async def stop_profile(self, message: StopProfileRequest) -> ProfileResponse:
+        raise unimplemented("StopProfile", "it has no profiler")
+
+    async def load_lo_ra_adapter(
+        self, message: sglang.LoadLoRaAdapterRequest
+    ) -> sglang.LoadLoRaAdapterResponse:
+        raise unimplemented("LoadLoRAAdapter", "no LoRA adapters")
+
+    async def unload_lo_ra_adapter(
+        self, message: sglang.UnloadLoRaAdapterRequest
+    ) -> sglang.UnloadLoRaAdapterResponse:
+        raise unimplemented("UnloadLoRAAdapter", "no LoRA adapters")
+
+    async def list_loaded_lo_ra_adapters(
+        self, message: sglang.ListLoadedLoRaAdaptersRequest
+    ) -> sglang.ListLoadedLoRaAdaptersResponse:
+        return sglang.ListLoadedLoRaAdaptersResponse()  # none are loaded, ever
