@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpclib import GRPCError, Status
 from grpclib.client import Channel
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from rawwire import raw_call
 from smg_grpc_proto import (
     sglang_scheduler_pb2,
@@ -88,10 +88,15 @@ def test_detection_health_and_reflection(server: ServerProcess) -> None:
                     vllm_engine_pb2.HealthCheckRequest()
                 )
             assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
-            standard = health_pb2_grpc.HealthStub(channel)
+            # grpcio's own health stubs would register the same proto symbols a second time
+            check = channel.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=HealthCheckRequest.SerializeToString,
+                response_deserializer=HealthCheckResponse.FromString,
+            )
             for name in ("", SERVICE):
-                reply = await standard.Check(health_pb2.HealthCheckRequest(service=name))
-                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+                reply = await check(HealthCheckRequest(service=name))
+                assert reply.status == HealthCheckResponse.SERVING
         async with LmrpcClient.connect(server.sglang_target) as client:
             with pytest.raises(GRPCError) as lmrpc:
                 await client.control.get_load(GetLoadRequest())
