@@ -91,7 +91,9 @@ def test_client_cancel_and_deadline_release_the_request(slow_fake_server: Server
         await wait_idle(client)
         # the id is free again at once
         done = await client.generate(
-            GenerateRequest(request_id="cancel-me", text="x", stopping=StoppingCriteria(max_tokens=2))
+            GenerateRequest(
+                request_id="cancel-me", text="x", stopping=StoppingCriteria(max_tokens=2, ignore_eos=True)
+            )
         )
         assert done.outputs[0].completion_tokens == 2
 
@@ -104,7 +106,9 @@ def test_pause_and_resume(slow_fake_server: ServerProcess) -> None:
 
         await client.control.pause_generation(PauseGenerationRequest())
         task = asyncio.create_task(
-            client.generate(GenerateRequest(text="paused", stopping=StoppingCriteria(max_tokens=3)))
+            client.generate(
+                GenerateRequest(text="paused", stopping=StoppingCriteria(max_tokens=3, ignore_eos=True))
+            )
         )
         for _ in range(100):  # until the request has reached the engine
             load = await client.load()

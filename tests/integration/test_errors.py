@@ -172,6 +172,8 @@ def test_oversized_request_messages_are_resource_exhausted(fake_server: ServerPr
 def test_server_keeps_serving_after_bad_requests(fake_server: ServerProcess) -> None:
     result = run(
         fake_server.target,
-        lambda c: c.generate(GenerateRequest(text="still alive", stopping=StoppingCriteria(max_tokens=3))),
+        lambda c: c.generate(
+            GenerateRequest(text="still alive", stopping=StoppingCriteria(max_tokens=3, ignore_eos=True))
+        ),
     )
     assert result.outputs[0].completion_tokens == 3

@@ -70,7 +70,7 @@ def test_a_client_that_does_not_read_stops_the_work_done_for_it(holding_server: 
             await load_until(client, lambda load: load.running_sequences == 1)
             await asyncio.sleep(2.0)  # ~1000 tokens of engine time at 2 ms a step
             bystander = await collect(
-                client, GenerateRequest(text="hi", stopping=StoppingCriteria(max_tokens=12))
+                client, GenerateRequest(text="hi", stopping=StoppingCriteria(max_tokens=12, ignore_eos=True))
             )
             assert bystander[-1].finished is not None and bystander[-1].finished.completion_tokens == 12
             aborted = await client.abort("stalled")

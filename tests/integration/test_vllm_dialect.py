@@ -192,7 +192,7 @@ def test_stops_map_to_matched_stop(fake_server: ServerProcess, tokenizer: Tokeni
 def test_logprobs_map_to_output_logprobs(fake_server: ServerProcess) -> None:
     async def body(stub: Any) -> list[Any]:
         return await responses(
-            stub, generate_request("lp", [5, 6, 7], stream=False, max_tokens=3, logprobs=2)
+            stub, generate_request("lp", [5, 6, 7], stream=False, max_tokens=3, logprobs=2, ignore_eos=True)
         )
 
     complete = run(fake_server.target, body)[-1].complete
