@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.settings
 from grpclib import Status
@@ -119,6 +120,11 @@ class H2Call:
 
     def end(self) -> None:
         self._conn.end_stream(self.stream_id)
+        self._flush()
+
+    def reset(self) -> None:
+        """Cancel the call: RST_STREAM(CANCEL), what a client does when it gives up."""
+        self._conn.reset_stream(self.stream_id, h2.errors.ErrorCodes.CANCEL)
         self._flush()
 
     def acknowledge(self) -> None:

@@ -18,9 +18,11 @@ from grpclib.client import Channel
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from rawwire import GENERATE, H2Call, frame, raw_call
+from streams import wait_idle
 
 from conformance.search.malformed import message_descriptor, named_faults, unknown_group
 from conformance.stream.wire import length_field
+from lmrpc.client import LmrpcClient
 from lmrpc.v1 import GenerateRequest, GenerateResponse, SamplingParams, StoppingCriteria, TokenIds
 from reference_server.testing import ServerProcess
 
@@ -172,5 +174,29 @@ def test_large_bodies_do_not_freeze_the_event_loop(server: ServerProcess) -> Non
             result = await call
             assert result.status is expected, result
             assert time.monotonic() - started < 30
+
+    run(server, body)
+
+
+def test_rapid_reset_leaves_no_request_behind(server: ServerProcess) -> None:
+    """HTTP/2 rapid reset: stream after stream opened with a full Generate and cancelled at once,
+    on one connection. Every request is released, and other clients are served meanwhile."""
+    request = frame(
+        bytes(GenerateRequest(text="reset me", stopping=StoppingCriteria(max_tokens=4000, ignore_eos=True)))
+    )
+
+    async def body(channel: Channel) -> None:
+        async with H2Call("127.0.0.1", server.port) as flood:
+            for i in range(2000):
+                flood.start(GENERATE)
+                flood.send(request, end=True)
+                flood.reset()
+                flood.next_call()
+                if i % 100 == 0:
+                    await asyncio.sleep(0)  # let the pump read the server's frames
+                    health = await HealthStub(channel).Check(HealthCheckRequest(), timeout=10)
+                    assert health.status == HealthCheckResponse.SERVING
+        async with LmrpcClient.connect(server.target) as client:
+            await wait_idle(client, timeout=60)
 
     run(server, body)

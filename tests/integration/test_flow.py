@@ -119,3 +119,24 @@ def test_a_client_that_never_reads_again_is_reset(stall_server: ServerProcess) -
         await wait_idle(client)
 
     run(stall_server.target, body)
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [b"", frame(bytes(endless("slow")))[:3], frame(bytes(endless("slow")))[:-2]],
+    ids=["headers-only", "half-a-prefix", "all-but-two-bytes"],
+)
+def test_a_request_that_never_finishes_arriving_is_refused(stall_server: ServerProcess, sent: bytes) -> None:
+    """The other half of a stalled client: one that opens a call and never finishes sending its
+    request. After the stall timeout the call ends with a status; no handler waits forever."""
+
+    async def body(client: LmrpcClient) -> None:
+        async with H2Call("127.0.0.1", stall_server.port) as call:
+            call.start(GENERATE)
+            call.send(sent)
+            result = await call.wait(30)
+        assert result.status is Status.DEADLINE_EXCEEDED, result
+        assert "stall_timeout_seconds" in result.message
+        await wait_idle(client)
+
+    run(stall_server.target, body)

@@ -1217,7 +1217,8 @@ class ServerLimits(betterproto2.Message):
     stall_timeout_seconds: "float" = betterproto2.field(4, betterproto2.TYPE_DOUBLE)
     """
     Seconds a response may wait for a client that does not read before the request is aborted
-    (FLOW-2); 0 means never.
+    (FLOW-2), and a unary call's request message may take to arrive before the call ends with
+    DEADLINE_EXCEEDED; 0 means never.
     """
 
     max_abort_request_ids: "int" = betterproto2.field(5, betterproto2.TYPE_UINT32)

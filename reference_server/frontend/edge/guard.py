@@ -3,7 +3,8 @@
 For each call, in order: route (an unknown method gets a well-formed UNIMPLEMENTED), authenticate
 and authorize (when ``--auth`` is on), read exactly one length-prefixed request message within
 the size limit, decode it strictly (off the event loop when it is large), and hand the handler a
-stream whose ``send_message`` notices a client that stopped reading (FLOW-2).
+stream whose ``send_message`` notices a client that stopped reading (FLOW-2). A request that
+has not arrived whole within the stall timeout ends the call.
 
 grpclib offers no public hook that sees every call before its handler, so the guard replaces the
 server's private handler mapping (grpclib is pinned below 0.5; tests/unit/test_edge.py checks the
@@ -13,9 +14,9 @@ hook still works).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from grpclib import GRPCError, Status
 from grpclib.const import Cardinality, Handler
@@ -30,6 +31,8 @@ from reference_server.frontend.edge.framing import (
     read_message,
     read_single_message,
 )
+
+_T = TypeVar("_T")
 
 #: Methods any caller may use when authentication is on: probes and service discovery.
 PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.", "/grpc.reflection.v1alpha.")
@@ -65,7 +68,9 @@ class EdgeGuard:
             if handler.cardinality.client_streaming:
                 requests = _RequestStream(self, protocol_stream(stream), handler.request_type)
             else:
-                data = await read_single_message(protocol_stream(stream), self.policy.max_message_bytes)
+                data = await self.arriving(
+                    read_single_message(protocol_stream(stream), self.policy.max_message_bytes)
+                )
                 requests = _RequestStream(
                     self, None, handler.request_type, await self.decode(data, handler.request_type)
                 )
@@ -76,6 +81,21 @@ class EdgeGuard:
                 await stream.cancel()  # RST_STREAM: the client read nothing for two stall periods
 
         return Handler(serve, handler.cardinality, handler.request_type, handler.reply_type)
+
+    async def arriving(self, read: Awaitable[_T]) -> _T:
+        """A unary call's request, or DEADLINE_EXCEEDED if it is not whole within the stall timeout:
+        a client that opens calls and never finishes sending them holds no handler for ever.
+        (Request streams, only reflection's here, may idle between messages.)"""
+        timeout = self.policy.stall_timeout_s
+        if not timeout:
+            return await read
+        try:
+            return await asyncio.wait_for(read, timeout)
+        except TimeoutError:
+            raise GRPCError(
+                Status.DEADLINE_EXCEEDED,
+                f"the request message did not arrive within {timeout:g} s (limits.stall_timeout_seconds)",
+            ) from None
 
     async def decode(self, data: bytes, message_type: type) -> Any:
         """Decode strictly; large messages in a worker thread, so the event loop keeps serving."""
