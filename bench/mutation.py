@@ -27,6 +27,7 @@ import argparse
 import ast
 import difflib
 import fnmatch
+import itertools
 import json
 import os
 import random
@@ -248,22 +249,25 @@ def all_mutants(only: str = "*") -> list[tuple[Mutant, str]]:
 
 
 def sample(mutants: list[tuple[Mutant, str]], size: int | None, seed: int) -> list[tuple[Mutant, str]]:
-    """A stratified sample of ``size`` mutants (all of them when ``size`` is None or not smaller)."""
-    if size is None or size >= len(mutants):
-        return mutants
+    """A stratified sample of ``size`` mutants (all of them when ``size`` is None or not smaller), in
+    judging order: each file's mutants shuffled by a generator seeded with ``seed`` and the file's path,
+    its share the head of that order, the files taken in turn. A smaller sample is the head of a larger
+    one's files, so the judged head of a sample is itself (close to) a smaller stratified sample."""
     by_file: dict[str, list[tuple[Mutant, str]]] = {}
     for item in mutants:
         by_file.setdefault(item[0].file, []).append(item)
-    exact = {path: size * len(items) / len(mutants) for path, items in by_file.items()}
+    for path, items in by_file.items():
+        items.sort(key=lambda item: item[0].id)
+        random.Random(f"{seed}:{path}").shuffle(items)
+    total = len(mutants)
+    size = total if size is None else min(size, total)
+    exact = {path: size * len(items) / total for path, items in by_file.items()}
     shares = {path: int(share) for path, share in exact.items()}
     by_remainder = sorted(exact, key=lambda path: (shares[path] - exact[path], path))
     for path in by_remainder[: size - sum(shares.values())]:
         shares[path] += 1
-    chosen: set[str] = set()
-    for path, items in by_file.items():
-        ids = sorted(m.id for m, _ in items)
-        chosen.update(random.Random(f"{seed}:{path}").sample(ids, shares[path]))
-    return [item for item in mutants if item[0].id in chosen]
+    heads = [by_file[path][: shares[path]] for path in by_file]
+    return [item for turn in itertools.zip_longest(*heads) for item in turn if item is not None]
 
 
 # ── judging one mutant ───────────────────────────────────────────────────────────────────────
