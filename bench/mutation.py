@@ -2,7 +2,8 @@
 the conformance harness (``--level all``) against the fake engine.
 
     python bench/mutation.py run [--minutes 9] [--only PATTERN]   # a chunk; resumes where it stopped
-    python bench/mutation.py report                               # score, survivors, equivalents
+    python bench/mutation.py run --sample 150 --seed 13           # a chunk of a stratified sample
+    python bench/mutation.py report [--sample 150 --seed 13]      # score, survivors, equivalents
     python bench/mutation.py show ID                              # one mutant's diff
 
 Every mutant changes one operator, constant, condition, return value or call statement in one file
@@ -13,6 +14,11 @@ harness's verdict is the mutant's: any failure, error or hang kills it. Results 
 ``reports/mutation/results.jsonl``, so a long run is made of short chunks (``--minutes``) that can be
 interleaved with other work. A survivor is either killed by a new or sharper case, or listed with a
 one-line reason why it is equivalent in ``bench/mutation-equivalent.txt``.
+
+All mutants take hours of one core. ``--sample N --seed S`` judges a deterministic sample instead:
+N mutants split over the files in proportion to each file's count (largest remainders first), each
+file's share drawn by a generator seeded with S and the file's path, so the same N and S name the
+same mutants on every machine; ``report`` with the same N and S scores exactly that sample.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ import argparse
 import ast
 import difflib
 import fnmatch
+import itertools
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -240,6 +248,28 @@ def all_mutants(only: str = "*") -> list[tuple[Mutant, str]]:
     return [(m, src) for path in TARGETS for m, src in mutants_of(path) if fnmatch.fnmatch(m.id, only)]
 
 
+def sample(mutants: list[tuple[Mutant, str]], size: int | None, seed: int) -> list[tuple[Mutant, str]]:
+    """A stratified sample of ``size`` mutants (all of them when ``size`` is None or not smaller), in
+    judging order: each file's mutants shuffled by a generator seeded with ``seed`` and the file's path,
+    its share the head of that order, the files taken in turn. A smaller sample is the head of a larger
+    one's files, so the judged head of a sample is itself (close to) a smaller stratified sample."""
+    by_file: dict[str, list[tuple[Mutant, str]]] = {}
+    for item in mutants:
+        by_file.setdefault(item[0].file, []).append(item)
+    for path, items in by_file.items():
+        items.sort(key=lambda item: item[0].id)
+        random.Random(f"{seed}:{path}").shuffle(items)
+    total = len(mutants)
+    size = total if size is None else min(size, total)
+    exact = {path: size * len(items) / total for path, items in by_file.items()}
+    shares = {path: int(share) for path, share in exact.items()}
+    by_remainder = sorted(exact, key=lambda path: (shares[path] - exact[path], path))
+    for path in by_remainder[: size - sum(shares.values())]:
+        shares[path] += 1
+    heads = [by_file[path][: shares[path]] for path in by_file]
+    return [item for turn in itertools.zip_longest(*heads) for item in turn if item is not None]
+
+
 # ── judging one mutant ───────────────────────────────────────────────────────────────────────
 
 
@@ -337,7 +367,10 @@ def _done() -> dict[str, dict[str, object]]:
 def run(args: argparse.Namespace) -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     done = _done()
-    todo = [(m, src) for m, src in all_mutants(args.only) if m.id not in done or args.again]
+    chosen = sample(all_mutants(), args.sample, args.seed)
+    todo = [
+        (m, src) for m, src in chosen if fnmatch.fnmatch(m.id, args.only) and (m.id not in done or args.again)
+    ]
     stop_at = time.monotonic() + args.minutes * 60
     print(f"{len(todo)} mutants to judge ({len(done)} judged before)", flush=True)
     with tempfile.TemporaryDirectory(prefix="lmrpc-mutation-") as tmp:
@@ -367,17 +400,23 @@ def equivalents() -> dict[str, str]:
 
 
 def report(args: argparse.Namespace) -> int:
-    current = {m.id: m for m, _ in all_mutants()}
+    every = all_mutants()
+    current = {m.id: m for m, _ in sample(every, args.sample, args.seed)}
     done = {k: v for k, v in _done().items() if k in current}
     equivalent = equivalents()
-    stale = sorted(set(equivalent) - set(current))
+    stale = sorted(set(equivalent) - {m.id for m, _ in every})
     survivors = [r for r in done.values() if not r["killed"]]
     unexplained = [r for r in survivors if r["id"] not in equivalent]
     wrongly = [r for r in done.values() if r["killed"] and r["id"] in equivalent]
     judged = len(done)
     killed = judged - len(survivors)
     eligible = judged - (len(survivors) - len(unexplained))
-    print(f"mutants: {len(current)} generated, {judged} judged, {killed} killed, {len(survivors)} survived")
+    scope = (
+        f"a sample of {len(current)} (seed {args.seed}) of {len(every)}"
+        if len(current) < len(every)
+        else f"{len(every)}"
+    )
+    print(f"mutants: {scope} generated, {judged} judged, {killed} killed, {len(survivors)} survived")
     print(f"equivalent (bench/mutation-equivalent.txt): {len(survivors) - len(unexplained)}")
     if eligible:
         print(f"score: {killed}/{eligible} non-equivalent mutants killed = {100 * killed / eligible:.1f} %")
@@ -418,6 +457,9 @@ def main() -> int:
     run_p.add_argument("--only", default="*", help="a glob over mutant ids")
     run_p.add_argument("--again", action="store_true", help="judge matching mutants again")
     report_p = commands.add_parser("report", help="score, survivors and equivalence entries")
+    for command in (run_p, report_p):
+        command.add_argument("--sample", type=int, default=None, metavar="N", help="a stratified sample of N")
+        command.add_argument("--seed", type=int, default=13, help="the sample's seed (default 13)")
     report_p.add_argument("--verbose", "-v", action="store_true")
     show_p = commands.add_parser("show", help="the diff of one mutant")
     show_p.add_argument("id")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -9,6 +10,7 @@ from grpclib.const import Status
 
 from conformance.cases._helpers import abort_all, accepted, expect_rejected, ok, outputs_tokens, status_of
 from conformance.harness.context import Ctx, RpcOutcome
+from conformance.harness.load import idle_load
 from conformance.harness.outcome import CaseSkipped, Mismatch
 from conformance.harness.requests import long_request, request
 from conformance.search.property import raise_outcome, search
@@ -280,6 +282,7 @@ async def waiting_limit(ctx: Ctx) -> None:
         raise CaseSkipped(
             f"limits.max_waiting_requests={limit}: none, or more than {WAITING_LIMIT_TRIED} to open"
         )
+    await idle_load(ctx)
     streams = [ctx.open(long_request(ctx)) for _ in range(limit)]
     try:
         for stream in streams:
@@ -294,7 +297,6 @@ async def waiting_limit(ctx: Ctx) -> None:
             "unaffected (still open)",
             [s.record.end.value for s in streams if s.record.end is not End.OPEN][:4],
         )
-    finally:
+    finally:  # all at once: with an Abort(all) that misses some, one release budget, not one each
         await abort_all(ctx)
-        for stream in streams:
-            await stream.finish(ctx.budgets.release_s)
+        await asyncio.gather(*(stream.finish(ctx.budgets.release_s) for stream in streams))

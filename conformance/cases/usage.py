@@ -11,6 +11,7 @@ from grpclib.const import Status
 
 from conformance.cases._helpers import abort, accepted, expect_rejected, first_delta, ok, outputs_tokens
 from conformance.harness.context import Ctx
+from conformance.harness.load import idle_load
 from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import request
 from conformance.spec.registry import Variant, case
@@ -222,6 +223,7 @@ async def waits_for_capacity(ctx: Ctx) -> None:
     n = math.ceil(0.6 * total / max_tokens) if total else 0
     if not total or n > ctx.info.caps.max_outputs or 8 + n * max_tokens > total:
         raise CaseSkipped(f"cannot size a request to 60% of {total} KV tokens with windows of {window}")
+    await idle_load(ctx)
 
     def big(tag: str) -> GenerateRequest:
         prompt = [ctx.info.vocab_size - 10 - i for i in range(8)]

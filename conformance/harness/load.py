@@ -28,6 +28,16 @@ async def quiet_load(ctx: Ctx) -> Load:
     return load
 
 
+async def idle_load(ctx: Ctx) -> Load:
+    """Wait, at most twice the release budget, for the target to hold nothing in flight: a case that
+    fills the server's capacity starts from an empty server, not from what earlier cases left ending
+    (a server that never reads idle is LOAD-1's business, so the case goes on after the wait)."""
+    _, load = await ctx.wait_for(
+        ctx.load, lambda lo: not any(load_counts(lo).values()), 2 * ctx.budgets.release_s, every_s=0.1
+    )
+    return load
+
+
 async def released(ctx: Ctx, baseline: Load) -> tuple[bool, Load]:
     """Wait (within the release budget) until GetLoad is back at (at most) ``baseline``."""
     base = load_counts(baseline)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 import betterproto2
 
+from conformance.harness.session import Budgets
 from lmrpc.v1 import GenerateResponse, OutputFinished, PromptInfo, TokenDelta
 
 from ..proxy import Proxy
+
+# The harness's budgets in the self-test (tests/selftest/test_selftest.py runs it with this scale), for a
+# mutant whose fault must outlast one of them.
+SELFTEST_BUDGETS = Budgets(float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5")))
 
 
 class Mutant(Proxy):
