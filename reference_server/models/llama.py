@@ -85,12 +85,18 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.empty(size, dtype=dtype, device="meta"), requires_grad=False)
+        self.float_weight: torch.Tensor | None = None  # set by freeze(): one conversion, not one per call
+
+    def freeze(self) -> None:
+        """The weights are final: keep their float32 copy."""
+        self.float_weight = self.weight.float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: the float32 residual stream → normalized, in the weights' dtype."""
         xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * self.weight.float()).to(self.weight.dtype)
+        inverse_rms = xf.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
+        weight = self.weight.float() if self.float_weight is None else self.float_weight
+        return (xf * inverse_rms).mul_(weight).to(self.weight.dtype)
 
 
 class RotaryEmbedding:
@@ -141,10 +147,11 @@ class DecoderLayer(nn.Module):
         q, k = qk[:, : c.num_heads], qk[:, c.num_heads :]
         v = qkv[:, heads * c.head_dim :].view(rows, c.num_kv_heads, c.head_dim)
         out = attention.forward(self.index, q, k, v)
-        x = x + self.o_proj(out.reshape(rows, c.q_size)).float()
+        # float32 += bf16 widens each element exactly, as .float() then + would, without the copy
+        x = x + self.o_proj(out.reshape(rows, c.q_size))
         gate, up = self.gate_up_proj(self.post_attention_norm(x)).chunk(2, dim=-1)
-        mlp: torch.Tensor = self.down_proj(F.silu(gate) * up)
-        return x + mlp.float()
+        mlp: torch.Tensor = self.down_proj(F.silu(gate).mul_(up))
+        return x.add_(mlp)
 
 
 class LlamaModel(nn.Module):
@@ -246,3 +253,6 @@ class LlamaModel(nn.Module):
                 project(layer, "down_proj", take_raw(p + "mlp.down_proj.weight"))
         if weights:
             raise ValueError(f"checkpoint has unexpected tensors: {sorted(weights)[:5]}")
+        for module in self.modules():
+            if isinstance(module, RMSNorm):
+                module.freeze()

@@ -44,6 +44,8 @@ PREFILL_TILE_SCORES = 1 << 20
 @dataclass(frozen=True, slots=True)
 class _DecodePlan:
     q_index: torch.Tensor  # [B] rows of the flattened batch
+    leading: bool  # q_index is 0..B-1: the decode rows come first, read and written as a slice
+    queries: torch.Tensor  # [KVH, B, rows, D] zeros in the cache's dtype; each layer fills [:, :, :group]
     rows: torch.Tensor  # [KVH * B * L] pool rows to gather, head-major (padding: stale slots)
     hidden: torch.Tensor  # [1, B, 1, L - first_hidden] keys to mask, from first_hidden on
     first_hidden: int  # every key before this one is visible to every row
@@ -98,7 +100,7 @@ class SdpaBackend:
         self.pool.write(layer, self._batch.new_slots, k[:n], v[:n])
         out = torch.zeros_like(q)
         if self._decode is not None:
-            out.index_copy_(0, self._decode.q_index, self._attend_decode(layer, q, self._decode))
+            self._attend_decode(layer, q, self._decode, out)
         for plan in self._prefills:
             keys = self._gather(self.pool.k[layer], plan.rows)  # [KVH, L, D]
             values = self._gather(self.pool.v[layer], plan.rows)
@@ -117,8 +119,15 @@ class SdpaBackend:
         first_hidden = min(s.kv_len for s in spans)
         positions = torch.arange(first_hidden, length, device=self.device)
         hidden = positions[None, :] >= kv_lens[:, None]
+        q_starts = [s.q_start for s in spans]
+        query_rows = max(self.group, MIN_QUERY_ROWS)
+        queries = torch.zeros(
+            (self.num_kv_heads, len(spans), query_rows, self.head_dim), dtype=self.dtype, device=self.device
+        )
         return _DecodePlan(
-            q_index=torch.tensor([s.q_start for s in spans], device=self.device),
+            q_index=torch.tensor(q_starts, device=self.device),
+            leading=q_starts == list(range(len(spans))),
+            queries=queries,
             rows=self._head_major(slots.reshape(-1)),
             hidden=hidden[None, :, None, :],
             first_hidden=first_hidden,
@@ -160,21 +169,26 @@ class SdpaBackend:
 
     # ── attention math ─────────────────────────────────────────────────────────────────────
 
-    def _attend_decode(self, layer: int, q: torch.Tensor, plan: _DecodePlan) -> torch.Tensor:
+    def _attend_decode(self, layer: int, q: torch.Tensor, plan: _DecodePlan, out: torch.Tensor) -> None:
+        """Writes the decode rows of ``out`` [T, H, D]."""
         b, length, kvh, d, g = plan.batch, plan.length, self.num_kv_heads, self.head_dim, self.group
-        dtype = self.dtype
         keys = self._gather(self.pool.k[layer], plan.rows).view(kvh * b, length, d)
         values = self._gather(self.pool.v[layer], plan.rows).view(kvh, b, length // KV_BLOCK, KV_BLOCK, d)
-        queries = (q.index_select(0, plan.q_index).to(dtype) * self.scale).view(b, kvh, g, d)
-        rows = max(g, MIN_QUERY_ROWS)
-        queries = F.pad(queries.transpose(0, 1), (0, 0, 0, rows - g)).contiguous()  # [KVH, B, rows, D]
+        q_rows = q[:b] if plan.leading else q.index_select(0, plan.q_index)
+        queries = plan.queries  # [KVH, B, rows, D]; the rows past the group stay zero
+        torch.mul(q_rows.to(self.dtype).view(b, kvh, g, d).transpose(0, 1), self.scale, out=queries[:, :, :g])
+        rows = queries.shape[2]
         scores = torch.bmm(queries.view(kvh * b, rows, d), keys.transpose(1, 2)).view(kvh, b, rows, length)
         probs, denom = _softmax(scores, plan.hidden, plan.first_hidden)
         blocks = length // KV_BLOCK
         prob_blocks = probs.view(kvh, b, rows, blocks, KV_BLOCK).transpose(2, 3)
         partial = torch.matmul(prob_blocks, values)  # [KVH, B, blocks, rows, D]
-        out = _tree_sum(partial.float(), 2) / denom[..., None]  # [KVH, B, rows, D]
-        return out[:, :, :g].permute(1, 0, 2, 3).reshape(b, self.num_heads, d).to(q.dtype)
+        summed = _tree_sum(partial.float(), 2) / denom[..., None]  # [KVH, B, rows, D]
+        heads = summed[:, :, :g].permute(1, 0, 2, 3)  # [B, KVH, g, D]
+        if plan.leading:
+            out[:b].view(b, kvh, g, d).copy_(heads)  # one pass: permute and round to out's dtype
+        else:
+            out.index_copy_(0, plan.q_index, heads.reshape(b, self.num_heads, d).to(out.dtype))
 
     def _attend_prefill(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, tile: _PrefillTile
@@ -215,7 +229,8 @@ def _tree_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
     dim %= x.dim()
     while x.shape[dim] > 1:
         n = x.shape[dim]
-        pairs = x.narrow(dim, 0, n - n % 2).reshape(*x.shape[:dim], n // 2, 2, *x.shape[dim + 1 :])
+        even = x.narrow(dim, 0, n - 1) if n % 2 else x
+        pairs = even.view(*x.shape[:dim], n // 2, 2, *x.shape[dim + 1 :])
         summed = pairs.select(dim + 1, 0) + pairs.select(dim + 1, 1)
         x = torch.cat((summed, x.narrow(dim, n - 1, 1)), dim) if n % 2 else summed
     return x.squeeze(dim)
