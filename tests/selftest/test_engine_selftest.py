@@ -63,28 +63,50 @@ def test_every_engine_mutant_declares_real_cases(protocol: str) -> None:
 def test_reference_server_passes_in_each_protocol(lanes: list[EngineLane]) -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
     lane = lanes[0]
-    runs = [(protocol, lane.server_target(protocol), harness_args(protocol)) for protocol in ZOOS]
-    runs += [("auto", lane.server_target(protocol), ("--protocol", "auto")) for protocol in ZOOS]
-    names = [f"reference-{protocol}-{target.rpartition(':')[2]}" for protocol, target, _ in runs]
-    with ThreadPoolExecutor(len(runs)) as pool:
-        outcomes = list(
-            pool.map(
-                lambda run, name: run_harness(run[1], REPORTS, name, time_scale=TIME_SCALE, extra=run[2]),
-                runs,
-                names,
-            )
+    for protocol in ZOOS:  # one after the other: load-watching cases need a quiet server
+        lane.reset()
+        outcome = run_harness(
+            lane.server_target(protocol),
+            REPORTS,
+            f"reference-{protocol}",
+            time_scale=TIME_SCALE,
+            extra=harness_args(protocol),
         )
-    for (protocol, _, _), outcome in zip(runs, outcomes, strict=True):
         assert outcome.failing == set(), _explain(outcome)
         assert outcome.exit_code == 0, _explain(outcome)
-        if protocol != "auto":
-            assert outcome.report["protocol"] == protocol
-            passed = [c for c in _cases(outcome.report) if c["verdict"] == "PASS"]
-            assert len(passed) >= 50, f"{protocol}: only {len(passed)} cases ran"
-    for protocol, outcome in zip(ZOOS, outcomes[len(ZOOS) :], strict=True):
-        assert outcome.report["protocol"] == protocol, "--protocol auto picked the wrong protocol"
+        assert outcome.report["protocol"] == protocol
+        passed = [c for c in _cases(outcome.report) if c["verdict"] == "PASS"]
+        assert len(passed) >= 50, f"{protocol}: only {len(passed)} cases ran"
+
+
+@pytest.mark.parametrize("protocol", sorted(ZOOS))
+def test_auto_picks_each_ports_protocol(lanes: list[EngineLane], protocol: str) -> None:
+    """``--protocol auto`` on the main port finds lmrpc.v1 (the complete contract, checked first);
+    with lmrpc.v1 out of the way (a proxy of the vLLM dialect) it finds vLLM, and on the SGLang port
+    SGLang: smg's probe order."""
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    lane = lanes[0]
+    targets = {"its-proxy": (protocol, lane.target(protocol, REFERENCE))}  # that protocol's service only
+    if protocol == "sglang-scheduler":
+        targets["sglang-port"] = (protocol, lane.server_target(protocol))
+    else:  # the main port serves lmrpc.v1 and the vLLM dialect
+        targets["main-port"] = ("lmrpc", lane.server_target(protocol))
+    for where, (want, target) in targets.items():
+        outcome = run_harness(
+            target,
+            REPORTS,
+            f"auto-{protocol}-{where}",
+            time_scale=TIME_SCALE,
+            extra=("--protocol", "auto", "--run", "SVC-1"),
+        )
+        assert outcome.report["protocol"] == want, (
+            f"{where}: --protocol auto picked {outcome.report['protocol']}"
+        )
         settings = outcome.report["settings"]
-        assert isinstance(settings, dict) and str(settings["protocol"]).startswith("--protocol auto")
+        assert isinstance(settings, dict) and str(settings["protocol"]).startswith("--protocol auto"), (
+            settings
+        )
+        assert outcome.failing == set() and outcome.exit_code == 0, _explain(outcome)
 
 
 Job = tuple[str, type[EngineProxy]]
