@@ -250,6 +250,10 @@ class CancelNotPropagated(EngineProxy):
     """A client's reset does not reach the engine: the request generates on to its end
     (sgl-project/sglang#11399, no abort on drop)."""
 
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.detached: set[asyncio.Future[None]] = set()  # upstream calls nobody reads any more
+
     async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         task = asyncio.ensure_future(self._drain(call, queue))
@@ -270,15 +274,15 @@ class CancelNotPropagated(EngineProxy):
         finally:
             queue.put_nowait(None)
 
-    @property
-    def detached(self) -> set[asyncio.Future[None]]:
-        return self.__dict__.setdefault("_detached", set())
-
 
 # ── unary calls ──────────────────────────────────────────────
 class LoadStuckAfterEnd(EngineProxy):
     """GetLoads keeps counting every request that a cancel or an abort ended (its slot is
     never released: vllm-project/vllm#57062, #46289)."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.leaked = 0
 
     async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         ended = False
@@ -292,14 +296,6 @@ class LoadStuckAfterEnd(EngineProxy):
         except (GeneratorExit, asyncio.CancelledError):
             self.leaked += 1
             raise
-
-    @property
-    def leaked(self) -> int:
-        return int(self.__dict__.get("_leaked", 0))
-
-    @leaked.setter
-    def leaked(self, value: int) -> None:
-        self.__dict__["_leaked"] = value
 
     async def unary(self, method: str, request: Any) -> Any:
         reply = await super().unary(method, request)
