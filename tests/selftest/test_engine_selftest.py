@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from conformance.spec.registry import all_cases, matches
+
 from .lanes import Outcome, _cases, run_harness
 from .protocols.engine_proxy import EngineProxy
 from .protocols.lanes import EngineLane
 from .protocols.zoo import REFERENCE, ZOOS
-from .test_selftest import expand
 
 TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
 LANES = int(os.environ.get("LMRPC_ENGINE_SELFTEST_LANES", "2"))
@@ -29,6 +30,17 @@ ASSUME = {  # what the reference server promises that neither protocol can adver
 MIN_MUTANTS = 15
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def expand(patterns: frozenset[str]) -> set[str]:
+    """Case IDs: an exact ID names that case only; a pattern with ``*`` or ``?`` is a glob."""
+    cases = all_cases()
+    found: set[str] = set()
+    for pattern in patterns:
+        hits = {pattern} if pattern in {c.id for c in cases} else {c.id for c in cases if matches(pattern, c)}
+        assert hits, f"expected pattern {pattern!r} names no case"
+        found |= hits
+    return found
 
 
 def harness_args(protocol: str) -> tuple[str, ...]:
