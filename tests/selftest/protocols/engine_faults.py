@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -65,11 +66,12 @@ class LastChunkLost(EngineProxy):
 
 class CumulativeIds(EngineProxy):
     """Chunk token_ids carry every id of the output so far (ai-dynamo/dynamo#12249,
-    NVIDIA/srt-slurm#437: cumulative output ids read as deltas)."""
+    NVIDIA/srt-slurm#437: cumulative output ids read as deltas). Chunks are cut to one token
+    first, so that the fault shows the same in every run, however the engine batched the steps."""
 
     async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         so_far: dict[int, list[int]] = {}
-        async for event in events:
+        async for event in one_token_chunks(self.protocol, events):
             if kind(event) == "chunk":
                 chunk = body(event)
                 ids = so_far.setdefault(chunk.index, [])
@@ -246,9 +248,13 @@ class AbortMissesOutputs(EngineProxy):
             yield event
 
 
+# Over twice the release budget the cases allow (10 s times the self-test's --time-scale).
+LINGER_S = 25.0 * float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
+
+
 class CancelNotPropagated(EngineProxy):
-    """A client's reset does not reach the engine: the request generates on to its end
-    (sgl-project/sglang#11399, no abort on drop)."""
+    """A client's reset does not reach the engine: the request generates on
+    (sgl-project/sglang#11399, no abort on drop), for LINGER_S at most."""
 
     def __init__(self, upstream: str) -> None:
         super().__init__(upstream)
@@ -267,10 +273,13 @@ class CancelNotPropagated(EngineProxy):
     async def _drain(self, call: EngineCall, queue: asyncio.Queue[Any]) -> None:
         try:
             async with contextlib.aclosing(self.upstream_stream("generate", call.request, None)) as events:
-                async for event in events:
-                    queue.put_nowait(event)
+                async with asyncio.timeout(LINGER_S):
+                    async for event in events:
+                        queue.put_nowait(event)
         except GRPCError as exc:
             queue.put_nowait(exc)
+        except TimeoutError:
+            pass  # the engine found out at last (it bounds what one self-test run spends waiting)
         finally:
             queue.put_nowait(None)
 
@@ -398,25 +407,30 @@ def _split_logprobs(native: Any, i: int) -> Any:
     )
 
 
-class OneTokenChunks(EngineProxy):
-    """Correct, but chunked differently: one chunk per token, each with its counts in the protocol's
-    own semantics (vLLM: the chunk's; SGLang: the output's so far)."""
+async def one_token_chunks(protocol: str, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """The same stream with one chunk per token, each with its counts in the protocol's own
+    semantics (vLLM: the chunk's; SGLang: the output's so far)."""
+    cumulative = protocol == "sglang-scheduler"
+    async for event in events:
+        part = body(event)
+        if kind(event) != "chunk" or len(part.token_ids) < 2:
+            yield event
+            continue
+        before = part.completion_tokens - len(part.token_ids)
+        for i, token in enumerate(part.token_ids):
+            one = clone(event)
+            chunk = body(one)
+            chunk.token_ids = [token]
+            chunk.output_logprobs = _split_logprobs(part.output_logprobs, i)
+            chunk.completion_tokens = before + i + 1 if cumulative else 1
+            yield one
 
-    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        cumulative = self.protocol == "sglang-scheduler"
-        async for event in events:
-            part = body(event)
-            if kind(event) != "chunk" or len(part.token_ids) < 2:
-                yield event
-                continue
-            before = part.completion_tokens - len(part.token_ids)
-            for i, token in enumerate(part.token_ids):
-                one = clone(event)
-                chunk = body(one)
-                chunk.token_ids = [token]
-                chunk.output_logprobs = _split_logprobs(part.output_logprobs, i)
-                chunk.completion_tokens = before + i + 1 if cumulative else 1
-                yield one
+
+class OneTokenChunks(EngineProxy):
+    """Correct, but chunked differently: one chunk per token."""
+
+    def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        return one_token_chunks(self.protocol, events)
 
 
 class CompleteRepeatsAll(EngineProxy):

@@ -39,12 +39,8 @@ class CumulativeIds(f.CumulativeIds, SglangProxy):
             "ABORT-2[mid-stream]",
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
-            "CANCEL-3",
-            "CANCEL-3[shared-prefix]",
             "FINISH-6[stop-at-max-tokens]",
-            "SAMPLE-2",
             "STREAM-2",
-            "STREAM-6[concurrent]",
             "STREAM-7",
             "STREAM-8[greedy]",
             "USAGE-5",
@@ -142,7 +138,6 @@ class IndexCollapsed(f.IndexCollapsed, SglangProxy):
             "N-1",
             "N-1[n=2]",
             "N-1[n=4]",
-            "SAMPLE-2",
             "SAMPLE-2[n]",
             "STREAM-2",
             "STREAM-6[concurrent]",
@@ -151,6 +146,9 @@ class IndexCollapsed(f.IndexCollapsed, SglangProxy):
             "USAGE-5",
         }
     )
+    # may also fail: whether two greedy runs differ once their outputs' chunks share one index
+    # depends on how the chunks interleave
+    tolerated = frozenset({"SAMPLE-2"})
 
 
 class ErrorInBand(f.ErrorInBand, SglangProxy):
@@ -192,23 +190,22 @@ class AbortMissesOutputs(f.AbortMissesOutputs, SglangProxy):
             "ABORT-4[n=4]",
         }
     )
-    tolerated = frozenset(
-        {"ABORT-3[abort]", "SMG-3[abort]"}
-    )  # whether the outputs the Abort missed end within the release budget is timing
+    # may also fail: whether the outputs the Abort missed end within the release budget is timing
+    tolerated = frozenset({"ABORT-3[abort]", "SMG-3[abort]"})
 
 
 class CancelNotPropagated(f.CancelNotPropagated, SglangProxy):
     name = "sglang-cancel-not-propagated"
     expected = frozenset(
         {
-            "CANCEL-1[after-begin]",
             "CANCEL-1[after-first-response]",
             "SMG-3[cancel]",
         }
     )
-    tolerated = frozenset(
-        {"ABORT-3[abort]", "ABORT-3[stateful]", "SMG-3[abort]"}
-    )  # requests a reset left generating may still run when these cases read the load
+    # may also fail: requests a reset left generating may still run when these read the load; a
+    # reset right after the call begins can beat the request to the proxy, which then never
+    # starts it
+    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-1[after-begin]", "SMG-3[abort]"})
 
 
 class LoadStuckAfterEnd(f.LoadStuckAfterEnd, SglangProxy):
@@ -221,9 +218,8 @@ class LoadStuckAfterEnd(f.LoadStuckAfterEnd, SglangProxy):
             "SMG-3[cancel]",
         }
     )
-    tolerated = frozenset(
-        {"ABORT-3[abort]", "ABORT-3[stateful]"}
-    )  # they see the leak only when a cancel or abort ran before them, which --jobs orders
+    # may also fail: they see the leak only when a cancel or abort ran before them, which --jobs orders
+    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]"})
 
 
 class LoadsHideRunning(f.LoadsHideRunning, SglangProxy):

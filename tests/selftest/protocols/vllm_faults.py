@@ -35,22 +35,14 @@ class CumulativeIds(f.CumulativeIds, VllmProxy):
     name = "vllm-cumulative-ids"
     expected = frozenset(
         {
-            "CANCEL-3",
-            "CANCEL-3[shared-prefix]",
+            "ABORT-2[mid-stream]",
             "FINISH-6",
             "FINISH-6[ignore_eos]",
-            "SAMPLE-2",
-            "SAMPLE-7",
-            "STOP-3",
-            "STOP-4[eos]",
             "STOP-4[ignore_eos]",
-            "STREAM-6[concurrent]",
             "STREAM-7",
             "STREAM-8[greedy]",
             "STREAM-8[seeded]",
             "USAGE-5",
-            "USAGE-6[long]",
-            "USAGE-6[short]",
         }
     )
 
@@ -190,23 +182,22 @@ class AbortMissesOutputs(f.AbortMissesOutputs, VllmProxy):
             "ABORT-4[n=4]",
         }
     )
-    tolerated = frozenset(
-        {"ABORT-3[abort]", "SMG-3[abort]"}
-    )  # whether the outputs the Abort missed end within the release budget is timing
+    # may also fail: whether the outputs the Abort missed end within the release budget is timing
+    tolerated = frozenset({"ABORT-3[abort]", "SMG-3[abort]"})
 
 
 class CancelNotPropagated(f.CancelNotPropagated, VllmProxy):
     name = "vllm-cancel-not-propagated"
     expected = frozenset(
         {
-            "CANCEL-1[after-begin]",
             "CANCEL-1[after-first-response]",
             "SMG-3[cancel]",
         }
     )
-    tolerated = frozenset(
-        {"ABORT-3[abort]", "ABORT-3[stateful]", "SMG-3[abort]"}
-    )  # requests a reset left generating may still run when these cases read the load
+    # may also fail: requests a reset left generating may still run when these read the load; a
+    # reset right after the call begins can beat the request to the proxy, which then never
+    # starts it
+    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-1[after-begin]", "SMG-3[abort]"})
 
 
 class LoadStuckAfterEnd(f.LoadStuckAfterEnd, VllmProxy):
@@ -219,9 +210,8 @@ class LoadStuckAfterEnd(f.LoadStuckAfterEnd, VllmProxy):
             "SMG-3[cancel]",
         }
     )
-    tolerated = frozenset(
-        {"ABORT-3[abort]", "ABORT-3[stateful]"}
-    )  # they see the leak only when a cancel or abort ran before them, which --jobs orders
+    # may also fail: they see the leak only when a cancel or abort ran before them, which --jobs orders
+    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]"})
 
 
 class LoadsHideRunning(f.LoadsHideRunning, VllmProxy):
