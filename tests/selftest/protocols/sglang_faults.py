@@ -13,14 +13,12 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
     expected = frozenset(
         {
             "ABORT-1[mixed]",
-            "ABORT-2[before-first-token]",
             "ABORT-2[mid-stream]",
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
             "FINISH-2",
             "FINISH-5",
             "N-1",
-            "SMG-2[eos]",
             "STOP-3",
             "STOP-5[default]",
             "STREAM-7",
@@ -28,6 +26,10 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
             "USAGE-5",
         }
     )
+    # may also fail: SMG-2's sampled outputs are unseeded in SGLang (no seed field), so whether
+    # one ends at EOS varies; whether a token precedes an Abort sent at acceptance or right after
+    # the Generate is timing
+    tolerated = frozenset({"ABORT-2[before-first-token]", "ABORT-2[right-after-send]", "SMG-2[eos]"})
 
 
 class CumulativeIds(f.CumulativeIds, SglangProxy):
@@ -35,7 +37,6 @@ class CumulativeIds(f.CumulativeIds, SglangProxy):
     expected = frozenset(
         {
             "ABORT-1[mixed]",
-            "ABORT-2[before-first-token]",
             "ABORT-2[mid-stream]",
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
@@ -46,6 +47,8 @@ class CumulativeIds(f.CumulativeIds, SglangProxy):
             "USAGE-5",
         }
     )
+    # may also fail: whether two tokens precede an Abort sent at acceptance is timing
+    tolerated = frozenset({"ABORT-2[before-first-token]"})
 
 
 class CompletionCountsPrompt(f.CompletionCountsPrompt, SglangProxy):
@@ -111,9 +114,11 @@ class LengthAsStop(f.LengthAsStop, SglangProxy):
             "FINISH-5",
             "FINISH-6",
             "FINISH-6[ignore_eos]",
-            "SMG-2[eos]",
         }
     )
+    # may also fail: SMG-2's sampled outputs are unseeded in SGLang (no seed field), so whether
+    # one hits max_tokens varies
+    tolerated = frozenset({"SMG-2[eos]"})
 
 
 class MatchedTokenOnLength(f.MatchedTokenOnLength, SglangProxy):
@@ -218,7 +223,8 @@ class LoadStuckAfterEnd(f.LoadStuckAfterEnd, SglangProxy):
             "SMG-3[cancel]",
         }
     )
-    # may also fail: they see the leak only when a cancel or abort ran before them, which --jobs orders
+    # may also fail: they see the leak only when a cancel or abort ran before them, which --jobs
+    # orders
     tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]"})
 
 

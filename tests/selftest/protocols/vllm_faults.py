@@ -35,7 +35,6 @@ class CumulativeIds(f.CumulativeIds, VllmProxy):
     name = "vllm-cumulative-ids"
     expected = frozenset(
         {
-            "ABORT-2[mid-stream]",
             "FINISH-6",
             "FINISH-6[ignore_eos]",
             "STOP-4[ignore_eos]",
@@ -45,6 +44,9 @@ class CumulativeIds(f.CumulativeIds, VllmProxy):
             "USAGE-5",
         }
     )
+    # may also fail: whether a mid-stream Abort lands after an output's second token (where
+    # cumulative ids first differ from deltas) is timing
+    tolerated = frozenset({"ABORT-2[mid-stream]"})
 
 
 class CompletionCountsPrompt(f.CompletionCountsPrompt, VllmProxy):
@@ -210,7 +212,8 @@ class LoadStuckAfterEnd(f.LoadStuckAfterEnd, VllmProxy):
             "SMG-3[cancel]",
         }
     )
-    # may also fail: they see the leak only when a cancel or abort ran before them, which --jobs orders
+    # may also fail: they see the leak only when a cancel or abort ran before them, which --jobs
+    # orders
     tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]"})
 
 
