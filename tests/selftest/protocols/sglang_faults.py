@@ -17,7 +17,6 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
             "FINISH-2",
-            "FINISH-5",
             "N-1",
             "STOP-3",
             "STOP-5[default]",
@@ -29,7 +28,17 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
     # may also fail: SMG-2's sampled outputs are unseeded in SGLang (no seed field), so whether
     # one ends at EOS varies; whether a token precedes an Abort sent at acceptance or right after
     # the Generate is timing
-    tolerated = frozenset({"ABORT-2[before-first-token]", "ABORT-2[right-after-send]", "SMG-2[eos]"})
+    # FINISH-5 and STREAM-6[concurrent] too: which chunk is last (an EOS, a greedy tail) depends on
+    # how the engine batched the steps and on unseeded sampling
+    tolerated = frozenset(
+        {
+            "ABORT-2[before-first-token]",
+            "ABORT-2[right-after-send]",
+            "FINISH-5",
+            "SMG-2[eos]",
+            "STREAM-6[concurrent]",
+        }
+    )
 
 
 class CumulativeIds(f.CumulativeIds, SglangProxy):
@@ -225,7 +234,7 @@ class LoadStuckAfterEnd(f.LoadStuckAfterEnd, SglangProxy):
     )
     # may also fail: they see the leak only when a cancel or abort ran before them, which --jobs
     # orders
-    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]"})
+    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-2[deadline]"})
 
 
 class LoadsHideRunning(f.LoadsHideRunning, SglangProxy):

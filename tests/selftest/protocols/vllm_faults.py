@@ -214,7 +214,7 @@ class LoadStuckAfterEnd(f.LoadStuckAfterEnd, VllmProxy):
     )
     # may also fail: they see the leak only when a cancel or abort ran before them, which --jobs
     # orders
-    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]"})
+    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-2[deadline]"})
 
 
 class LoadsHideRunning(f.LoadsHideRunning, VllmProxy):
