@@ -1,0 +1,337 @@
+"""The sglang-scheduler mutant zoo: the reference server's ``sglang.grpc.scheduler.SglangScheduler`` behind
+a proxy with exactly one fault (engine_faults.py), each declaring the cases that must fail against
+it, no more and no fewer. Controls are correct variants that must pass every case."""
+
+from __future__ import annotations
+
+from . import engine_faults as f
+from .engine_proxy import SglangProxy
+
+
+class LastChunkLost(f.LastChunkLost, SglangProxy):
+    name = "sglang-last-chunk-lost"
+    expected = frozenset(
+        {
+            "ABORT-1[mixed]",
+            "ABORT-2[mid-stream]",
+            "ABORT-4[n=2]",
+            "ABORT-4[n=4]",
+            "FINISH-2",
+            "N-1",
+            "STOP-3",
+            "STOP-5[default]",
+            "STREAM-7",
+            "STREAM-8[greedy]",
+            "USAGE-5",
+        }
+    )
+    # may also fail: SMG-2's sampled outputs are unseeded in SGLang (no seed field), so whether
+    # one ends at EOS varies; whether a token precedes an Abort sent at acceptance or right after
+    # the Generate is timing
+    # FINISH-5 and STREAM-6[concurrent] too: which chunk is last (an EOS, a greedy tail) depends on
+    # how the engine batched the steps and on unseeded sampling
+    tolerated = frozenset(
+        {
+            "ABORT-2[before-first-token]",
+            "ABORT-2[right-after-send]",
+            "FINISH-5",
+            "SMG-2[eos]",
+            "STREAM-6[concurrent]",
+        }
+    )
+
+
+class CumulativeIds(f.CumulativeIds, SglangProxy):
+    name = "sglang-cumulative-ids"
+    expected = frozenset(
+        {
+            "ABORT-1[mixed]",
+            "ABORT-2[mid-stream]",
+            "ABORT-4[n=2]",
+            "ABORT-4[n=4]",
+            "FINISH-6[stop-at-max-tokens]",
+            "STREAM-2",
+            "STREAM-7",
+            "STREAM-8[greedy]",
+            "USAGE-5",
+        }
+    )
+    # may also fail: whether two tokens precede an Abort sent at acceptance is timing
+    tolerated = frozenset({"ABORT-2[before-first-token]"})
+
+
+class CompletionCountsPrompt(f.CompletionCountsPrompt, SglangProxy):
+    name = "sglang-completion-counts-prompt"
+    expected = frozenset(
+        {
+            "ABORT-1[mixed]",
+            "ABORT-2[before-first-token]",
+            "ABORT-2[mid-stream]",
+            "ABORT-2[right-after-send]",
+            "ABORT-4[n=2]",
+            "ABORT-4[n=4]",
+            "FINISH-2",
+            "FINISH-6",
+            "FINISH-6[ignore_eos]",
+            "FINISH-6[stop-at-max-tokens]",
+            "STREAM-7",
+            "USAGE-5",
+        }
+    )
+
+
+class PromptTokensPlusOne(f.PromptTokensPlusOne, SglangProxy):
+    name = "sglang-prompt-tokens-plus-one"
+    expected = frozenset(
+        {
+            "USAGE-2",
+        }
+    )
+
+
+class CachedTokensDropped(f.CachedTokensDropped, SglangProxy):
+    name = "sglang-cached-tokens-dropped"
+    expected = frozenset(
+        {
+            "USAGE-6[long]",
+            "USAGE-6[short]",
+        }
+    )
+
+
+class DuplicateComplete(f.DuplicateComplete, SglangProxy):
+    name = "sglang-duplicate-complete"
+    expected = frozenset(
+        {
+            "ABORT-1[mixed]",
+            "ABORT-2[before-first-token]",
+            "ABORT-2[mid-stream]",
+            "ABORT-2[right-after-send]",
+            "FINISH-1",
+            "FINISH-1[stateful]",
+            "FINISH-3",
+            "N-1[n=2]",
+            "N-1[n=4]",
+        }
+    )
+
+
+class LengthAsStop(f.LengthAsStop, SglangProxy):
+    name = "sglang-length-as-stop"
+    expected = frozenset(
+        {
+            "FINISH-5",
+            "FINISH-6",
+            "FINISH-6[ignore_eos]",
+        }
+    )
+    # may also fail: SMG-2's sampled outputs are unseeded in SGLang (no seed field), so whether
+    # one hits max_tokens varies
+    tolerated = frozenset({"SMG-2[eos]"})
+
+
+class MatchedTokenOnLength(f.MatchedTokenOnLength, SglangProxy):
+    name = "sglang-matched-token-on-length"
+    expected = frozenset(
+        {
+            "FINISH-5",
+        }
+    )
+
+
+class IndexCollapsed(f.IndexCollapsed, SglangProxy):
+    name = "sglang-index-collapsed"
+    expected = frozenset(
+        {
+            "ABORT-4[n=2]",
+            "ABORT-4[n=4]",
+            "FINISH-1",
+            "FINISH-1[stateful]",
+            "FINISH-2",
+            "FINISH-3",
+            "N-1",
+            "N-1[n=2]",
+            "N-1[n=4]",
+            "SAMPLE-2[n]",
+            "STREAM-2",
+            "STREAM-6[concurrent]",
+            "STREAM-7",
+            "STREAM-8[greedy]",
+            "USAGE-5",
+        }
+    )
+    # may also fail: whether two greedy runs differ once their outputs' chunks share one index
+    # depends on how the chunks interleave
+    tolerated = frozenset({"SAMPLE-2"})
+
+
+class ErrorInBand(f.ErrorInBand, SglangProxy):
+    name = "sglang-error-in-band"
+    expected = frozenset(
+        {
+            "ERR-2",
+        }
+    )
+
+
+class LogprobsDropped(f.LogprobsDropped, SglangProxy):
+    name = "sglang-logprobs-dropped"
+    expected = frozenset(
+        {
+            "STREAM-7",
+        }
+    )
+
+
+class OneTokenPastMax(f.OneTokenPastMax, SglangProxy):
+    name = "sglang-one-token-past-max"
+    expected = frozenset(
+        {
+            "FINISH-2",
+            "STREAM-2",
+            "STREAM-7",
+            "STREAM-8[greedy]",
+            "USAGE-5",
+        }
+    )
+
+
+class AbortMissesOutputs(f.AbortMissesOutputs, SglangProxy):
+    name = "sglang-abort-misses-outputs"
+    expected = frozenset(
+        {
+            "ABORT-4[n=2]",
+            "ABORT-4[n=4]",
+        }
+    )
+    # may also fail: whether the outputs the Abort missed end within the release budget is timing
+    tolerated = frozenset({"ABORT-3[abort]", "SMG-3[abort]"})
+
+
+class CancelNotPropagated(f.CancelNotPropagated, SglangProxy):
+    name = "sglang-cancel-not-propagated"
+    expected = frozenset(
+        {
+            "CANCEL-1[after-first-response]",
+            "SMG-3[cancel]",
+        }
+    )
+    # may also fail: requests a reset left generating may still run when these read the load; a
+    # reset right after the call begins can beat the request to the proxy, which then never
+    # starts it
+    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-1[after-begin]", "SMG-3[abort]"})
+
+
+class LoadStuckAfterEnd(f.LoadStuckAfterEnd, SglangProxy):
+    name = "sglang-load-stuck-after-end"
+    expected = frozenset(
+        {
+            "CANCEL-1[after-begin]",
+            "CANCEL-1[after-first-response]",
+            "SMG-3[abort]",
+            "SMG-3[cancel]",
+        }
+    )
+    # may also fail: they see the leak only when a cancel or abort ran before them, which --jobs
+    # orders
+    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-2[deadline]"})
+
+
+class LoadsHideRunning(f.LoadsHideRunning, SglangProxy):
+    name = "sglang-loads-hide-running"
+    expected = frozenset(
+        {
+            "LOAD-1[active]",
+            "SMG-3[abort]",
+            "SMG-3[cancel]",
+        }
+    )
+
+
+class EosIdsWrong(f.EosIdsWrong, SglangProxy):
+    name = "sglang-eos-ids-wrong"
+    expected = frozenset(
+        {
+            "FINISH-5",
+            "SMG-2[eos]",
+        }
+    )
+
+
+class Unhealthy(f.Unhealthy, SglangProxy):
+    name = "sglang-unhealthy"
+    expected = frozenset(
+        {
+            "SMG-4",
+        }
+    )
+
+
+class TokenizerDigestWrong(f.TokenizerDigestWrong, SglangProxy):
+    name = "sglang-tokenizer-digest-wrong"
+    expected = frozenset(
+        {
+            "SMG-1",
+        }
+    )
+
+
+class AbortAlwaysSucceeds(f.AbortAlwaysSucceeds, SglangProxy):
+    name = "sglang-abort-always-succeeds"
+    expected = frozenset(
+        {
+            "ABORT-1[finished-then-reused]",
+            "ABORT-1[finished]",
+            "ABORT-1[mixed]",
+            "ABORT-1[twice-while-ending]",
+            "ABORT-1[twice]",
+            "ABORT-1[unknown]",
+            "ABORT-6",
+        }
+    )
+
+
+class RequestIdNotEchoed(f.RequestIdNotEchoed, SglangProxy):
+    name = "sglang-request-id-not-echoed"
+    expected = frozenset(
+        {
+            "REQ-2",
+        }
+    )
+
+
+class OneTokenChunks(f.OneTokenChunks, SglangProxy):
+    name = "sglang-one-token-chunks"
+    is_control = True
+
+
+class CompleteRepeatsAll(f.CompleteRepeatsAll, SglangProxy):
+    name = "sglang-complete-repeats-all"
+    is_control = True
+
+
+SGLANG_MUTANTS: tuple[type[SglangProxy], ...] = (
+    LastChunkLost,
+    CumulativeIds,
+    CompletionCountsPrompt,
+    PromptTokensPlusOne,
+    CachedTokensDropped,
+    DuplicateComplete,
+    LengthAsStop,
+    MatchedTokenOnLength,
+    IndexCollapsed,
+    ErrorInBand,
+    LogprobsDropped,
+    OneTokenPastMax,
+    AbortMissesOutputs,
+    CancelNotPropagated,
+    LoadStuckAfterEnd,
+    LoadsHideRunning,
+    EosIdsWrong,
+    Unhealthy,
+    TokenizerDigestWrong,
+    AbortAlwaysSucceeds,
+    RequestIdNotEchoed,
+    OneTokenChunks,
+    CompleteRepeatsAll,
+)

@@ -1,0 +1,301 @@
+"""The vllm-engine mutant zoo: the reference server's ``vllm.grpc.engine.VllmEngine`` behind
+a proxy with exactly one fault (engine_faults.py), each declaring the cases that must fail against
+it, no more and no fewer. Controls are correct variants that must pass every case."""
+
+from __future__ import annotations
+
+from . import engine_faults as f
+from .engine_proxy import VllmProxy
+
+
+class LastChunkLost(f.LastChunkLost, VllmProxy):
+    name = "vllm-last-chunk-lost"
+    expected = frozenset(
+        {
+            "FINISH-2",
+            "FINISH-5",
+            "FINISH-6",
+            "FINISH-6[ignore_eos]",
+            "FINISH-6[stop-at-max-tokens]",
+            "N-1",
+            "N-1[n=4]",
+            "SMG-2[eos]",
+            "STOP-3",
+            "STOP-4[eos]",
+            "STOP-4[ignore_eos]",
+            "STOP-5[default]",
+            "STREAM-8[greedy]",
+            "STREAM-8[seeded]",
+            "USAGE-5",
+        }
+    )
+
+
+class CumulativeIds(f.CumulativeIds, VllmProxy):
+    name = "vllm-cumulative-ids"
+    expected = frozenset(
+        {
+            "FINISH-6",
+            "FINISH-6[ignore_eos]",
+            "STOP-4[ignore_eos]",
+            "STREAM-7",
+            "STREAM-8[greedy]",
+            "STREAM-8[seeded]",
+            "USAGE-5",
+        }
+    )
+    # may also fail: whether a mid-stream Abort lands after an output's second token (where
+    # cumulative ids first differ from deltas) is timing
+    tolerated = frozenset({"ABORT-2[mid-stream]"})
+
+
+class CompletionCountsPrompt(f.CompletionCountsPrompt, VllmProxy):
+    name = "vllm-completion-counts-prompt"
+    expected = frozenset(
+        {
+            "FINISH-2",
+            "FINISH-6",
+            "STREAM-7",
+            "USAGE-5",
+        }
+    )
+
+
+class PromptTokensPlusOne(f.PromptTokensPlusOne, VllmProxy):
+    name = "vllm-prompt-tokens-plus-one"
+    expected = frozenset(
+        {
+            "USAGE-2",
+        }
+    )
+
+
+class CachedTokensDropped(f.CachedTokensDropped, VllmProxy):
+    name = "vllm-cached-tokens-dropped"
+    expected = frozenset(
+        {
+            "USAGE-6[long]",
+            "USAGE-6[short]",
+        }
+    )
+
+
+class DuplicateComplete(f.DuplicateComplete, VllmProxy):
+    name = "vllm-duplicate-complete"
+    expected = frozenset(
+        {
+            "ABORT-2[before-first-token]",
+            "ABORT-2[mid-stream]",
+            "ABORT-2[right-after-send]",
+            "FINISH-1",
+            "FINISH-1[stateful]",
+            "FINISH-3",
+            "N-1[n=2]",
+            "N-1[n=4]",
+        }
+    )
+
+
+class LengthAsStop(f.LengthAsStop, VllmProxy):
+    name = "vllm-length-as-stop"
+    expected = frozenset(
+        {
+            "FINISH-5",
+            "FINISH-6",
+            "FINISH-6[ignore_eos]",
+            "SMG-2[eos]",
+            "STOP-4[ignore_eos]",
+        }
+    )
+
+
+class MatchedTokenOnLength(f.MatchedTokenOnLength, VllmProxy):
+    name = "vllm-matched-token-on-length"
+    expected = frozenset(
+        {
+            "FINISH-5",
+        }
+    )
+
+
+class IndexCollapsed(f.IndexCollapsed, VllmProxy):
+    name = "vllm-index-collapsed"
+    expected = frozenset(
+        {
+            "ABORT-4[n=2]",
+            "ABORT-4[n=4]",
+            "FINISH-1",
+            "FINISH-1[stateful]",
+            "FINISH-3",
+            "FINISH-6[ignore_eos]",
+            "N-1",
+            "N-1[n=2]",
+            "N-1[n=4]",
+            "SAMPLE-2[n]",
+            "SAMPLE-3[per-output]",
+            "SAMPLE-6",
+            "STREAM-2",
+            "STREAM-6[concurrent]",
+            "USAGE-5",
+        }
+    )
+
+
+class ErrorInBand(f.ErrorInBand, VllmProxy):
+    name = "vllm-error-in-band"
+    expected = frozenset(
+        {
+            "ERR-2",
+            "STREAM-8[greedy]",
+            "STREAM-8[seeded]",
+        }
+    )
+
+
+class LogprobsDropped(f.LogprobsDropped, VllmProxy):
+    name = "vllm-logprobs-dropped"
+    expected = frozenset(
+        {
+            "STREAM-7",
+        }
+    )
+
+
+class OneTokenPastMax(f.OneTokenPastMax, VllmProxy):
+    name = "vllm-one-token-past-max"
+    expected = frozenset(
+        {
+            "FINISH-6",
+            "FINISH-6[ignore_eos]",
+            "STOP-4[ignore_eos]",
+            "STREAM-7",
+            "STREAM-8[greedy]",
+            "STREAM-8[seeded]",
+            "USAGE-5",
+        }
+    )
+
+
+class AbortMissesOutputs(f.AbortMissesOutputs, VllmProxy):
+    name = "vllm-abort-misses-outputs"
+    expected = frozenset(
+        {
+            "ABORT-4[n=2]",
+            "ABORT-4[n=4]",
+        }
+    )
+    # may also fail: whether the outputs the Abort missed end within the release budget is timing
+    tolerated = frozenset({"ABORT-3[abort]", "SMG-3[abort]"})
+
+
+class CancelNotPropagated(f.CancelNotPropagated, VllmProxy):
+    name = "vllm-cancel-not-propagated"
+    expected = frozenset(
+        {
+            "CANCEL-1[after-first-response]",
+            "SMG-3[cancel]",
+        }
+    )
+    # may also fail: requests a reset left generating may still run when these read the load; a
+    # reset right after the call begins can beat the request to the proxy, which then never
+    # starts it
+    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-1[after-begin]", "SMG-3[abort]"})
+
+
+class LoadStuckAfterEnd(f.LoadStuckAfterEnd, VllmProxy):
+    name = "vllm-load-stuck-after-end"
+    expected = frozenset(
+        {
+            "CANCEL-1[after-begin]",
+            "CANCEL-1[after-first-response]",
+            "SMG-3[abort]",
+            "SMG-3[cancel]",
+        }
+    )
+    # may also fail: they see the leak only when a cancel or abort ran before them, which --jobs
+    # orders
+    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-2[deadline]"})
+
+
+class LoadsHideRunning(f.LoadsHideRunning, VllmProxy):
+    name = "vllm-loads-hide-running"
+    expected = frozenset(
+        {
+            "LOAD-1[active]",
+            "SMG-3[abort]",
+            "SMG-3[cancel]",
+        }
+    )
+
+
+class EosIdsWrong(f.EosIdsWrong, VllmProxy):
+    name = "vllm-eos-ids-wrong"
+    expected = frozenset(
+        {
+            "FINISH-5",
+            "SMG-2[eos]",
+        }
+    )
+
+
+class Unhealthy(f.Unhealthy, VllmProxy):
+    name = "vllm-unhealthy"
+    expected = frozenset(
+        {
+            "SMG-4",
+        }
+    )
+
+
+class TokenizerDigestWrong(f.TokenizerDigestWrong, VllmProxy):
+    name = "vllm-tokenizer-digest-wrong"
+    expected = frozenset(
+        {
+            "SMG-1",
+        }
+    )
+
+
+class AnswersSglangHealth(f.AnswersSglangHealth, VllmProxy):
+    name = "vllm-answers-sglang-health"
+    expected = frozenset(
+        {
+            "SMG-4",
+        }
+    )
+
+
+class OneTokenChunks(f.OneTokenChunks, VllmProxy):
+    name = "vllm-one-token-chunks"
+    is_control = True
+
+
+class CompleteRepeatsAll(f.CompleteRepeatsAll, VllmProxy):
+    name = "vllm-complete-repeats-all"
+    is_control = True
+
+
+VLLM_MUTANTS: tuple[type[VllmProxy], ...] = (
+    LastChunkLost,
+    CumulativeIds,
+    CompletionCountsPrompt,
+    PromptTokensPlusOne,
+    CachedTokensDropped,
+    DuplicateComplete,
+    LengthAsStop,
+    MatchedTokenOnLength,
+    IndexCollapsed,
+    ErrorInBand,
+    LogprobsDropped,
+    OneTokenPastMax,
+    AbortMissesOutputs,
+    CancelNotPropagated,
+    LoadStuckAfterEnd,
+    LoadsHideRunning,
+    EosIdsWrong,
+    Unhealthy,
+    TokenizerDigestWrong,
+    AnswersSglangHealth,
+    OneTokenChunks,
+    CompleteRepeatsAll,
+)

@@ -1,0 +1,191 @@
+"""The harness through its engine-protocol drivers: against the reference server's vLLM dialect
+(main port) and SGLang scheduler protocol (``--sglang-port``) it must pass with 0 failures, with
+``--protocol auto`` picking each port's protocol; against every mutant of each protocol's zoo
+(tests/selftest/protocols/) it must fail exactly the mutant's declared cases. Prints the detection
+matrix and the mutation score per protocol."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conformance.spec.registry import all_cases, matches
+
+from .lanes import Outcome, _cases, run_harness
+from .protocols.engine_proxy import EngineProxy
+from .protocols.lanes import EngineLane
+from .protocols.zoo import REFERENCE, ZOOS
+
+TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
+LANES = int(os.environ.get("LMRPC_ENGINE_SELFTEST_LANES", "2"))
+REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest")) / "engines"
+ASSUME = {  # what the reference server promises that neither protocol can advertise
+    "vllm-engine": "deterministic_greedy,prefix_cache,seeded_sampling",
+    "sglang-scheduler": "deterministic_greedy,prefix_cache",  # no seed field
+}
+MIN_MUTANTS = 15
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def expand(patterns: frozenset[str]) -> set[str]:
+    """Case IDs: an exact ID names that case only; a pattern with ``*`` or ``?`` is a glob."""
+    cases = all_cases()
+    found: set[str] = set()
+    for pattern in patterns:
+        hits = {pattern} if pattern in {c.id for c in cases} else {c.id for c in cases if matches(pattern, c)}
+        assert hits, f"expected pattern {pattern!r} names no case"
+        found |= hits
+    return found
+
+
+def harness_args(protocol: str) -> tuple[str, ...]:
+    return ("--protocol", protocol, "--assume", ASSUME[protocol])
+
+
+@pytest.fixture(scope="module")
+def lanes() -> Iterator[list[EngineLane]]:
+    with ThreadPoolExecutor(LANES) as pool:
+        started = list(pool.map(lambda _: EngineLane.start(), range(LANES)))
+    try:
+        yield started
+    finally:
+        for lane in started:
+            lane.stop()
+
+
+@pytest.mark.parametrize("protocol", sorted(ZOOS))
+def test_every_engine_mutant_declares_real_cases(protocol: str) -> None:
+    _, mutants = ZOOS[protocol]
+    names = [m.name for m in mutants]
+    assert len(names) == len(set(names)), "mutant names must be unique"
+    assert sum(not m.is_control for m in mutants) >= MIN_MUTANTS
+    assert any(m.is_control for m in mutants), "at least one correct variant must pass everything"
+    for mutant in mutants:
+        assert mutant.is_control or mutant.expected, f"{mutant.name} declares no expected failure"
+        assert not (mutant.is_control and mutant.expected), mutant.name
+        assert mutant.describe(), f"{mutant.name} does not say what its fault is"
+        expand(mutant.expected | mutant.tolerated)
+
+
+def test_reference_server_passes_in_each_protocol(lanes: list[EngineLane]) -> None:
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    lane = lanes[0]
+    for protocol in ZOOS:  # one after the other: load-watching cases need a quiet server
+        lane.reset()
+        outcome = run_harness(
+            lane.server_target(protocol),
+            REPORTS,
+            f"reference-{protocol}",
+            time_scale=TIME_SCALE,
+            extra=harness_args(protocol),
+        )
+        assert outcome.failing == set(), _explain(outcome)
+        assert outcome.exit_code == 0, _explain(outcome)
+        assert outcome.report["protocol"] == protocol
+        passed = [c for c in _cases(outcome.report) if c["verdict"] == "PASS"]
+        assert len(passed) >= 50, f"{protocol}: only {len(passed)} cases ran"
+
+
+@pytest.mark.parametrize("protocol", sorted(ZOOS))
+def test_auto_picks_each_ports_protocol(lanes: list[EngineLane], protocol: str) -> None:
+    """``--protocol auto`` on the main port finds lmrpc.v1 (the complete contract, checked first);
+    with lmrpc.v1 out of the way (a proxy of the vLLM dialect) it finds vLLM, and on the SGLang port
+    SGLang: smg's probe order."""
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    lane = lanes[0]
+    targets = {"its-proxy": (protocol, lane.target(protocol, REFERENCE))}  # that protocol's service only
+    if protocol == "sglang-scheduler":
+        targets["sglang-port"] = (protocol, lane.server_target(protocol))
+    else:  # the main port serves lmrpc.v1 and the vLLM dialect
+        targets["main-port"] = ("lmrpc", lane.server_target(protocol))
+    for where, (want, target) in targets.items():
+        outcome = run_harness(
+            target,
+            REPORTS,
+            f"auto-{protocol}-{where}",
+            time_scale=TIME_SCALE,
+            extra=("--protocol", "auto", "--run", "SVC-1"),
+        )
+        assert outcome.report["protocol"] == want, (
+            f"{where}: --protocol auto picked {outcome.report['protocol']}"
+        )
+        settings = outcome.report["settings"]
+        assert isinstance(settings, dict) and str(settings["protocol"]).startswith("--protocol auto"), (
+            settings
+        )
+        assert outcome.failing == set() and outcome.exit_code == 0, _explain(outcome)
+
+
+Job = tuple[str, type[EngineProxy]]
+
+
+def _run_lane(lane: EngineLane, jobs: list[Job]) -> list[tuple[Job, Outcome]]:
+    outcomes = []
+    for protocol, mutant in jobs:
+        lane.reset()
+        name = f"{protocol}-{mutant.name}" if mutant.name == REFERENCE else mutant.name
+        outcome = run_harness(
+            lane.target(protocol, mutant.name),
+            REPORTS,
+            name,
+            time_scale=TIME_SCALE,
+            extra=harness_args(protocol),
+        )
+        outcomes.append(((protocol, mutant), outcome))
+    return outcomes
+
+
+def test_engine_mutants_fail_exactly_their_cases(
+    lanes: list[EngineLane], capsys: pytest.CaptureFixture[str]
+) -> None:
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    jobs: list[Job] = [(p, reference) for p, (reference, _) in ZOOS.items()]
+    jobs += sorted(((p, m) for p, (_, mutants) in ZOOS.items() for m in mutants), key=lambda j: j[1].name)
+    plan: list[list[Job]] = [jobs[i :: len(lanes)] for i in range(len(lanes))]
+    with ThreadPoolExecutor(len(lanes)) as pool:
+        results = [r for lane_results in pool.map(_run_lane, lanes, plan) for r in lane_results]
+    outcomes = {(protocol, mutant.name): outcome for (protocol, mutant), outcome in results}
+    problems, rows, summaries = [], [], []
+    for protocol, (reference, mutants) in ZOOS.items():
+        detected = exact = 0
+        for mutant in (reference, *mutants):
+            outcome = outcomes[(protocol, mutant.name)]
+            want = expand(mutant.expected)
+            may = expand(mutant.tolerated)
+            good = want <= outcome.failing <= want | may and outcome.exit_code == (
+                1 if outcome.failing else 0
+            )
+            broken = not mutant.is_control and mutant is not reference
+            detected += broken and bool(outcome.failing)
+            exact += good
+            rows.append(
+                f"{'ok ' if good else 'BAD'} {protocol:16} {mutant.name:38} exit {outcome.exit_code} "
+                f"{outcome.duration_s:5.1f}s  {', '.join(sorted(outcome.failing)) or '(all pass)'}"
+            )
+            if not good:
+                problems.append(
+                    f"{protocol} {mutant.name}: missing {sorted(want - outcome.failing)}, "
+                    f"unexpected {sorted(outcome.failing - want - may)}, exit {outcome.exit_code}"
+                )
+        faulty = sum(not m.is_control for m in mutants)
+        summaries.append(
+            f"{protocol}: mutation score {detected}/{faulty} ({100 * detected // max(faulty, 1)}%), "
+            f"{exact}/{len(mutants) + 1} runs with exactly the declared failures"
+        )
+    (REPORTS / "matrix.txt").write_text("\n".join([*rows, *summaries]) + "\n")
+    with capsys.disabled():
+        print("\n" + "\n".join([*rows, *summaries]))
+    assert not problems, "\n".join(problems)
+
+
+def _explain(outcome: Outcome) -> str:
+    lines = [f"{outcome.mutant}: exit {outcome.exit_code}, failing {sorted(outcome.failing)}"]
+    for case in _cases(outcome.report):
+        if case["verdict"] not in ("PASS", "SKIP", "XFAIL"):
+            lines.append(f"  {case['id']}: {case['verdict']} {case['reason']}")
+    return "\n".join(lines)
