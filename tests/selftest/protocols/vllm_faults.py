@@ -29,6 +29,9 @@ class LastChunkLost(f.LastChunkLost, VllmProxy):
             "USAGE-5",
         }
     )
+    # how many tokens the lost chunk held depends on how the engine merged its steps, so two
+    # seeded runs of the same request can come out different lengths
+    tolerated = frozenset({"SAMPLE-3[per-output]"})
 
 
 class CumulativeIds(f.CumulativeIds, VllmProxy):
