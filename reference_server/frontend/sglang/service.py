@@ -16,7 +16,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import cast
 
-import grpclib.const
 from grpclib import GRPCError, Status
 
 from lmrpc._gen.sglang.grpc import scheduler as sglang
@@ -31,17 +30,11 @@ from lmrpc._gen.smg.grpc.common import (
 )
 from lmrpc.v1 import AbortRequest, AbortStatus, GenerateResponse, GetServerInfoRequest, RequestIds
 from lmrpc.v1 import FlushCacheRequest as LmrpcFlushCacheRequest
-from reference_server.frontend.context import FrontendContext
-from reference_server.frontend.control import ControlService
-from reference_server.frontend.inference import InferenceService
-from reference_server.frontend.kv_events import KvEventHub
 from reference_server.frontend.sglang import info
 from reference_server.frontend.sglang.requests import to_lmrpc
 from reference_server.frontend.sglang.responses import GenerateTranslator
-from reference_server.frontend.smg.dialect import DialectBase, ServingRates, TokenizerZipSource
-from reference_server.frontend.smg.kv_stream import kv_events_handler
+from reference_server.frontend.smg.dialect import DialectBase
 from reference_server.frontend.vllm.requests import unimplemented
-from reference_server.models.source import ModelSource
 
 SERVICE = "/sglang.grpc.scheduler.SglangScheduler/"
 SUBSCRIBE_KV_EVENTS = SERVICE + "SubscribeKvEvents"
@@ -53,31 +46,7 @@ SGLANG_ADMIN_METHODS = frozenset(
 
 
 class SglangSchedulerService(DialectBase, sglang.SglangSchedulerBase):
-    def __init__(
-        self,
-        context: FrontendContext,
-        inference: InferenceService,
-        control: ControlService,
-        kv_events: KvEventHub,
-        source: ModelSource,
-        tokenizer_zip: TokenizerZipSource,
-        rates: ServingRates | None = None,
-    ) -> None:
-        super().__init__(context, inference, control, source, tokenizer_zip)
-        self.kv_events = kv_events
-        self.rates = rates
-        self._last_receive = 0.0
-
-    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
-        mapping = super().__mapping__()
-        subscribe = mapping[SUBSCRIBE_KV_EVENTS]
-        mapping[SUBSCRIBE_KV_EVENTS] = grpclib.const.Handler(
-            kv_events_handler(self.kv_events),
-            subscribe.cardinality,
-            subscribe.request_type,
-            subscribe.reply_type,
-        )
-        return mapping
+    kv_events_path = SUBSCRIBE_KV_EVENTS
 
     # ── generation ──────────────────────────────────────────────────────────────────────────
 

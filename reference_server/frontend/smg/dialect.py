@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol, cast
+from typing import Any, ClassVar, Protocol, cast
 
+import grpclib.const
 import grpclib.server
 from grpclib import GRPCError, Status
 
@@ -23,6 +24,8 @@ from lmrpc.v1 import DetokenizeRequest, EmbedRequest, GetLoadRequest, GetModelIn
 from reference_server.frontend.context import FrontendContext, Phase
 from reference_server.frontend.control import ControlService
 from reference_server.frontend.inference import InferenceService
+from reference_server.frontend.kv_events import KvEventHub
+from reference_server.frontend.smg.kv_stream import kv_events_handler
 from reference_server.frontend.smg.tokenizer_bundle import TokenizerZip, build_tokenizer_zip
 from reference_server.models.source import ModelSource
 
@@ -61,19 +64,38 @@ class TokenizerZipSource:
 class DialectBase:
     """Mixed in before the generated service base: ``class X(DialectBase, xyz.XyzBase)``."""
 
+    #: the protocol's SubscribeKvEvents path, served from the radix cache's event hub
+    kv_events_path: ClassVar[str]
+
     def __init__(
         self,
         context: FrontendContext,
         inference: InferenceService,
         control: ControlService,
+        kv_events: KvEventHub,
         source: ModelSource,
         tokenizer_zip: TokenizerZipSource,
+        rates: ServingRates | None = None,
     ) -> None:
         self.ctx = context
         self.inference = inference
         self.control = control
+        self.kv_events = kv_events
         self.source = source
         self.tokenizer_zip = tokenizer_zip
+        self.rates = rates
+        self._last_receive = 0.0  # when the last Generate arrived (the protocols' server info)
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        mapping: dict[str, grpclib.const.Handler] = cast(Any, super()).__mapping__()
+        subscribe = mapping[self.kv_events_path]
+        mapping[self.kv_events_path] = grpclib.const.Handler(
+            kv_events_handler(self.kv_events),
+            subscribe.cardinality,
+            subscribe.request_type,
+            subscribe.reply_type,
+        )
+        return mapping
 
     async def _call_rpc_handler_server_stream(
         self, handler: Callable[..., Any], stream: grpclib.server.Stream[Any, Any], request: Any
