@@ -11,25 +11,12 @@ lmrpc services (one engine, one request table, one set of limits and checks);
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import cast
 
-from grpclib import GRPCError, Status
-
 from lmrpc._gen.sglang.grpc import scheduler as sglang
-from lmrpc._gen.smg.grpc.common import (
-    FlushCacheRequest,
-    FlushCacheResponse,
-    GetTokenizerChunk,
-    GetTokenizerRequest,
-    ProfileResponse,
-    StartProfileRequest,
-    StopProfileRequest,
-)
 from lmrpc.v1 import AbortRequest, AbortStatus, GenerateResponse, GetServerInfoRequest, RequestIds
-from lmrpc.v1 import FlushCacheRequest as LmrpcFlushCacheRequest
 from reference_server.frontend.sglang import info
 from reference_server.frontend.sglang.requests import to_lmrpc
 from reference_server.frontend.sglang.responses import GenerateTranslator
@@ -107,42 +94,10 @@ class SglangSchedulerService(DialectBase, sglang.SglangSchedulerBase):
         )
 
     async def get_loads(self, message: sglang.GetLoadsRequest) -> sglang.GetLoadsResponse:
-        if message.dp_rank not in (None, 0):
-            raise GRPCError(
-                Status.INVALID_ARGUMENT,
-                f"dp_rank={message.dp_rank}: this server has one data-parallel rank (0)",
-            )
-        engine = self.ctx.ready_engine()
-        load = await self.lmrpc_load()
-        rates = self.rates
-        return info.loads(
-            load,
-            engine.info,
-            gen_throughput=rates.gen_throughput() if rates else 0.0,
-            cache_hit_rate=rates.cache_hit_rate() if rates else 0.0,
-        )
-
-    async def get_tokenizer(self, message: GetTokenizerRequest) -> AsyncIterator[GetTokenizerChunk]:
-        async for chunk in self.tokenizer_chunks():
-            yield chunk
+        load, engine_info, gen_throughput, cache_hit_rate = await self.rated_load(message.dp_rank)
+        return info.loads(load, engine_info, gen_throughput=gen_throughput, cache_hit_rate=cache_hit_rate)
 
     # ── administration ──────────────────────────────────────────────────────────────────────
-
-    async def flush_cache(self, message: FlushCacheRequest) -> FlushCacheResponse:
-        """Never waits and never fails for requests in flight: prefixes they use stay cached."""
-        if not math.isfinite(message.timeout_s) or message.timeout_s < 0:
-            raise GRPCError(Status.INVALID_ARGUMENT, f"timeout_s={message.timeout_s} must be >= 0 and finite")
-        response = await self.control.flush_cache(LmrpcFlushCacheRequest())
-        return FlushCacheResponse(
-            success=True,
-            message=f"released {response.released_tokens} cached KV tokens (prefixes in use stay cached)",
-        )
-
-    async def start_profile(self, message: StartProfileRequest) -> ProfileResponse:
-        raise unimplemented("StartProfile", "it has no profiler")
-
-    async def stop_profile(self, message: StopProfileRequest) -> ProfileResponse:
-        raise unimplemented("StopProfile", "it has no profiler")
 
     async def load_lo_ra_adapter(
         self, message: sglang.LoadLoRaAdapterRequest

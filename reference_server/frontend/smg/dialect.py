@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar, Protocol, cast
 
@@ -19,14 +20,24 @@ import grpclib.const
 import grpclib.server
 from grpclib import GRPCError, Status
 
-from lmrpc._gen.smg.grpc.common import GetTokenizerChunk
+from lmrpc._gen.smg.grpc.common import (
+    FlushCacheRequest,
+    FlushCacheResponse,
+    GetTokenizerChunk,
+    GetTokenizerRequest,
+    ProfileResponse,
+    StartProfileRequest,
+    StopProfileRequest,
+)
 from lmrpc.v1 import DetokenizeRequest, EmbedRequest, GetLoadRequest, GetModelInfoRequest, Load, ModelInfo
+from lmrpc.v1 import FlushCacheRequest as LmrpcFlushCacheRequest
 from reference_server.frontend.context import FrontendContext, Phase
 from reference_server.frontend.control import ControlService
 from reference_server.frontend.inference import InferenceService
 from reference_server.frontend.kv_events import KvEventHub
 from reference_server.frontend.smg.kv_stream import kv_events_handler
 from reference_server.frontend.smg.tokenizer_bundle import TokenizerZip, build_tokenizer_zip
+from reference_server.ipc import EngineInfo
 from reference_server.models.source import ModelSource
 
 NO_TOKEN_ID = -1  # int32 ids the model lacks (pad, and BOS for some models)
@@ -114,10 +125,46 @@ class DialectBase:
         detail = f": {self.ctx.failure}" if phase is Phase.FAILED and self.ctx.failure else ""
         return False, f"{phase.value}{detail}"
 
-    async def tokenizer_chunks(self) -> AsyncIterator[GetTokenizerChunk]:
+    # ── the RPCs both protocols share (smg.grpc.common messages) ─────────────────────────────
+
+    async def get_tokenizer(self, message: GetTokenizerRequest) -> AsyncIterator[GetTokenizerChunk]:
         bundle = await self.tokenizer_zip.get()
         for data, sha256 in bundle.chunks():
             yield GetTokenizerChunk(data=data, sha256=sha256)
+
+    async def flush_cache(self, message: FlushCacheRequest) -> FlushCacheResponse:
+        """Never waits and never fails for requests in flight: prefixes they use stay cached."""
+        if not math.isfinite(message.timeout_s) or message.timeout_s < 0:
+            raise GRPCError(Status.INVALID_ARGUMENT, f"timeout_s={message.timeout_s} must be >= 0 and finite")
+        response = await self.control.flush_cache(LmrpcFlushCacheRequest())
+        return FlushCacheResponse(
+            success=True,
+            message=f"released {response.released_tokens} cached KV tokens (prefixes in use stay cached)",
+        )
+
+    async def start_profile(self, message: StartProfileRequest) -> ProfileResponse:
+        raise GRPCError(
+            Status.UNIMPLEMENTED, "StartProfile is not supported by this server: it has no profiler"
+        )
+
+    async def stop_profile(self, message: StopProfileRequest) -> ProfileResponse:
+        raise GRPCError(
+            Status.UNIMPLEMENTED, "StopProfile is not supported by this server: it has no profiler"
+        )
+
+    async def rated_load(self, dp_rank: int | None) -> tuple[Load, EngineInfo, float, float]:
+        """What GetLoads reports: our Load, the engine's facts, generation throughput and cache
+        hit rate (0 without metrics)."""
+        if dp_rank not in (None, 0):
+            raise GRPCError(
+                Status.INVALID_ARGUMENT, f"dp_rank={dp_rank}: this server has one data-parallel rank (0)"
+            )
+        engine = self.ctx.ready_engine()
+        load = await self.lmrpc_load()
+        rates = self.rates
+        if rates is None:
+            return load, engine.info, 0.0, 0.0
+        return load, engine.info, rates.gen_throughput(), rates.cache_hit_rate()
 
     async def embed_token_ids(self, request_id: str, token_ids: list[int]) -> tuple[list[float], int]:
         """``(embedding, prompt_tokens)`` of a tokenized input. The embedding model has a
