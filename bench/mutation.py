@@ -55,8 +55,11 @@ TARGETS = (  # the request path, in the order a Generate crosses it
     "reference_server/detokenizer/incremental.py",
     "reference_server/engine/stopping.py",
 )
-SERVER_ARGS = (  # the self-test's lane (tests/selftest/lanes.py)
+SERVER_ARGS = (  # the self-test's lane (tests/selftest/lanes.py), with a stall timeout short enough that
+    # FLOW-2 runs at TIME_SCALE (the default 30 s skips it, and with it RequestState.fail) and long enough
+    # that FLOW-1 still shows its bound first
     "--engine", "fake", "--fake-token-delay", "0.002", "--kv-tokens", "100000", "--max-waiting-requests", "64",
+    "--stall-timeout", "6",
 )  # fmt: skip
 TIME_SCALE = "0.5"
 MUTANT_TIMEOUT_S = 240.0  # a harness run past this is a hang: the mutant is killed
