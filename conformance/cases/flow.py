@@ -135,9 +135,10 @@ async def stalled_client_is_given_up(ctx: Ctx) -> None:
             last is not None
             and error is not None
             and error.code == Status.RESOURCE_EXHAUSTED.value
+            and not error.retryable
             and last.usage is not None,
             "the terminal message of a stream stalled past the timeout",
-            "RequestError(RESOURCE_EXHAUSTED) with Usage",
+            "RequestError(RESOURCE_EXHAUSTED, not retryable) with Usage",
             last,
         )
         ctx.check.equal(
