@@ -122,6 +122,30 @@ async def multibyte_text(ctx: Ctx) -> None:
         ctx.check.extend(validate(ok(ctx, record), await gather_facts(ctx, record), ["STREAM-5"]))
 
 
+def _every_utf8_byte() -> list[str]:
+    """Short texts that together hold every byte a UTF-8 text can hold beyond ASCII: each continuation
+    byte (0x80-0xBF, as the second byte of U+0100-U+013F) and each lead byte (0xC2-0xF4)."""
+    continuation = "".join(chr(0x100 + k) for k in range(64))
+    two_byte_leads = "".join(chr(((lead - 0xC0) << 6) | 0x21) for lead in range(0xC2, 0xE0))
+    three_byte_leads = "अက€あ一字文空語道가나어한\ue000！"  # lead bytes 0xE0-0xEF, in order
+    four_byte_leads = "🙂\U00040000\U00080000\U000e0041\U00100000"  # lead bytes 0xF0-0xF4
+    text = continuation + two_byte_leads + three_byte_leads + four_byte_leads
+    return [text[i : i + 12] for i in range(0, len(text), 12)]
+
+
+@case("STREAM-5", tag="every-byte", requires=("tokenize",))
+async def every_utf8_byte(ctx: Ctx) -> None:
+    """Prompts holding every non-ASCII byte UTF-8 allows: the text of each output is its tokens' text, byte
+    for byte (a model that echoes its prompt, like most do at temperature 0, sends each of them back)."""
+    greedy = 0.0 if ctx.info.has("deterministic_greedy") else None
+    texts = _every_utf8_byte()
+    records = await asyncio.gather(
+        *(ctx.generate(request(ctx, t, temperature=greedy, ignore_eos=True, max_tokens=48)) for t in texts)
+    )
+    for record in records:
+        ctx.check.extend(validate(ok(ctx, record), await gather_facts(ctx, record), ["STREAM-4", "STREAM-5"]))
+
+
 @case("STREAM-6", tag="concurrent", requires=("deterministic_greedy",))
 async def no_cross_talk(ctx: Ctx) -> None:
     """Greedy requests run concurrently give exactly what each gives alone: no event crosses streams."""
