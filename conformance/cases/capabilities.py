@@ -18,11 +18,14 @@ from conformance.search.strategies import PROMPTS, prompt_texts
 from conformance.spec.registry import case
 from conformance.stream.record import End
 from lmrpc.v1 import (
+    AbortRequest,
+    AbortStatus,
     ChatInput,
     ChatMessage,
     EmbedRequest,
     FlushCacheRequest,
     GenerateRequest,
+    RequestIds,
     ResponseOptions,
     SamplingParams,
     StoppingCriteria,
@@ -267,6 +270,35 @@ async def stop_string_limit(ctx: Ctx) -> None:
         (Status.INVALID_ARGUMENT,),
         f"a stop string of {limit + 1} bytes",
     )
+
+
+ABORT_IDS_TRIED = 100_000  # a server with a larger limit: too large an Abort to send for one case
+
+
+@case("CAP-5", tag="max_abort_request_ids")
+async def abort_ids_limit(ctx: Ctx) -> None:
+    """An Abort naming exactly limits.max_abort_request_ids ids (none in flight) answers one
+    NOT_IN_FLIGHT per id; one id more is INVALID_ARGUMENT."""
+    limits = ctx.info.server.limits
+    limit = limits.max_abort_request_ids if limits else 0
+    if not limit or limit > ABORT_IDS_TRIED:
+        raise CaseSkipped(
+            f"limits.max_abort_request_ids={limit}: none, or more than {ABORT_IDS_TRIED} to send"
+        )
+    prefix = ctx.uid("abort-limit")
+    ids = [f"{prefix}-{i}" for i in range(limit + 1)]
+    at_limit = await ctx.call_status(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=ids[:limit])))
+    outcomes = at_limit.response.outcomes if at_limit.response is not None else []
+    ctx.check.that(
+        at_limit.status is None
+        and len(outcomes) == limit
+        and all(o.status == AbortStatus.NOT_IN_FLIGHT for o in outcomes),
+        f"an Abort naming {limit} unknown ids (the limit)",
+        f"OK, {limit} NOT_IN_FLIGHT outcomes",
+        f"{at_limit.code}, {len(outcomes)} outcomes",
+    )
+    over = await ctx.call_status(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=ids)))
+    ctx.check.equal(f"an Abort naming {limit + 1} ids", Status.INVALID_ARGUMENT.name, over.code)
 
 
 WAITING_LIMIT_TRIED = 64  # a server with a larger limit: too many streams to open for one case

@@ -16,7 +16,7 @@ from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_tokens, request
 from conformance.spec.registry import case
 from conformance.stream.h2call import H2Call, frame
-from lmrpc.v1 import AbortRequest, AbortStatus, FinishReason, GenerateResponse, RequestIds
+from lmrpc.v1 import AbortRequest, AbortStatus, FinishReason, GenerateResponse, RequestIds, ServerLimits
 
 GENERATE = "/lmrpc.v1.InferenceService/Generate"
 WINDOW = 256  # bytes the stalled client lets through before it stops reading
@@ -48,13 +48,18 @@ async def _tokens_per_second(ctx: Ctx) -> float:
     return tokens / max(time.monotonic() - started, 1e-3)
 
 
+def _bound(limits: ServerLimits) -> int:
+    """The most tokens FLOW-1 lets a server generate for a client that reads nothing."""
+    return 2 * int(limits.max_parked_tokens) + WINDOW + SLACK_TOKENS
+
+
 @case("FLOW-1", exclusive=True, budget=2.0)
 async def stalled_client_is_held(ctx: Ctx) -> None:
     """A client that stops reading costs at most max_parked_tokens beyond its window; others run on."""
     limits = ctx.info.server.limits
     if limits is None or not limits.max_parked_tokens:
         raise CaseSkipped("the server reports no ServerInfo.limits.max_parked_tokens (contract revision 1)")
-    bound = 2 * int(limits.max_parked_tokens) + WINDOW + SLACK_TOKENS
+    bound = _bound(limits)
     max_tokens = long_tokens(ctx)
     if max_tokens < 2 * bound:
         raise CaseSkipped(
@@ -109,6 +114,34 @@ async def stalled_client_is_held(ctx: Ctx) -> None:
     await expect_released(ctx, baseline, "the stalled request ended")
 
 
+@case("FLOW-1", tag="resumes", budget=2.0)
+async def held_request_resumes(ctx: Ctx) -> None:
+    """A request longer than max_parked_tokens, read as it comes, runs to its max_tokens: the server
+    holds a request only while its client does not read, and gives it more room as it does."""
+    limits = ctx.info.server.limits
+    if limits is None or not limits.max_parked_tokens:
+        raise CaseSkipped("the server reports no ServerInfo.limits.max_parked_tokens (contract revision 1)")
+    max_tokens = _bound(limits) + int(limits.max_parked_tokens)  # past what a server may run unread
+    if max_tokens > long_tokens(ctx):
+        raise CaseSkipped(f"a request can run {long_tokens(ctx)} tokens; this case needs {max_tokens}")
+    rate = await _tokens_per_second(ctx)
+    if max_tokens / rate > ctx.budgets.case_s(2.0) / 2:
+        raise CaseSkipped(
+            f"at {rate:.0f} tokens/s {max_tokens} tokens take {max_tokens / rate:.0f} s; run with a larger --time-scale"
+        )
+    long = request(ctx, max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+    record = ok(ctx, await ctx.generate(long, total_s=max(ctx.budgets.stream_s, 2 * max_tokens / rate)))
+    view = record.outputs().get(0)
+    finish = view.finish if view is not None else None
+    tokens = len(view.token_ids) if view is not None else 0
+    ctx.check.that(
+        finish is not None and finish.reason == FinishReason.LENGTH and tokens == max_tokens,
+        f"a request of {max_tokens} tokens (past the FLOW-1 bound) read as it comes",
+        f"LENGTH after {max_tokens} tokens",
+        f"{finish.reason.name if finish else 'no finish'} after {tokens} tokens",
+    )
+
+
 @case("FLOW-2", exclusive=True, budget=2.0)
 async def stalled_client_is_given_up(ctx: Ctx) -> None:
     """After the stall timeout the request is aborted and ends with RESOURCE_EXHAUSTED; later, a reset."""
@@ -135,9 +168,10 @@ async def stalled_client_is_given_up(ctx: Ctx) -> None:
             last is not None
             and error is not None
             and error.code == Status.RESOURCE_EXHAUSTED.value
+            and not error.retryable
             and last.usage is not None,
             "the terminal message of a stream stalled past the timeout",
-            "RequestError(RESOURCE_EXHAUSTED) with Usage",
+            "RequestError(RESOURCE_EXHAUSTED, not retryable) with Usage",
             last,
         )
         ctx.check.equal(

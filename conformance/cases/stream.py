@@ -122,6 +122,30 @@ async def multibyte_text(ctx: Ctx) -> None:
         ctx.check.extend(validate(ok(ctx, record), await gather_facts(ctx, record), ["STREAM-5"]))
 
 
+def _every_utf8_byte() -> list[str]:
+    """Short texts that together hold every byte a UTF-8 text can hold beyond ASCII: each continuation
+    byte (0x80-0xBF, as the second byte of U+0100-U+013F) and each lead byte (0xC2-0xF4)."""
+    continuation = "".join(chr(0x100 + k) for k in range(64))
+    two_byte_leads = "".join(chr(((lead - 0xC0) << 6) | 0x21) for lead in range(0xC2, 0xE0))
+    three_byte_leads = "अက€あ一字文空語道가나어한\ue000！"  # lead bytes 0xE0-0xEF, in order
+    four_byte_leads = "🙂\U00040000\U00080000\U000e0041\U00100000"  # lead bytes 0xF0-0xF4
+    text = continuation + two_byte_leads + three_byte_leads + four_byte_leads
+    return [text[i : i + 12] for i in range(0, len(text), 12)]
+
+
+@case("STREAM-5", tag="every-byte", requires=("tokenize",))
+async def every_utf8_byte(ctx: Ctx) -> None:
+    """Prompts holding every non-ASCII byte UTF-8 allows: the text of each output is its tokens' text, byte
+    for byte (a model that echoes its prompt, like most do at temperature 0, sends each of them back)."""
+    greedy = 0.0 if ctx.info.has("deterministic_greedy") else None
+    texts = _every_utf8_byte()
+    records = await asyncio.gather(
+        *(ctx.generate(request(ctx, t, temperature=greedy, ignore_eos=True, max_tokens=48)) for t in texts)
+    )
+    for record in records:
+        ctx.check.extend(validate(ok(ctx, record), await gather_facts(ctx, record), ["STREAM-4", "STREAM-5"]))
+
+
 @case("STREAM-6", tag="concurrent", requires=("deterministic_greedy",))
 async def no_cross_talk(ctx: Ctx) -> None:
     """Greedy requests run concurrently give exactly what each gives alone: no event crosses streams."""
@@ -175,3 +199,59 @@ async def server_assigned_ids(ctx: Ctx) -> None:
         ctx.check.that(
             len(seen) == 1 and seen[0] != "", "ids on one stream", "one non-empty id on every message", seen
         )
+
+
+NEVER_MATCHES = "§ never §"  # a stop string no model writes: only its first character may be held back
+
+
+def _needless_holdback(text_so_far: str, tokens_text: str, stops: list[str]) -> str | None:
+    """What a delta kept back beyond STREAM-11's allowance (None: nothing). ``tokens_text`` is
+    Detokenize of the output's tokens so far."""
+    complete = tokens_text.rstrip("\ufffd")  # an incomplete character renders as U+FFFD: may be held
+    if not complete.startswith(text_so_far):
+        return None  # text ahead of its tokens, or a tokenizer whose prefixes decode differently: STREAM-4's
+    kept = complete[len(text_so_far) :]
+    if not kept or any(len(kept) < len(stop) and stop.startswith(kept) for stop in stops):
+        return None
+    return kept
+
+
+@case("STREAM-11", requires=("tokenize",), sends=("generate.stop_strings>1",))
+async def no_needless_holdback(ctx: Ctx) -> None:
+    """Each delta brings all the text of its tokens but an incomplete character and a possible stop-string
+    prefix: with no stop string, and with stop strings that keep almost nothing back."""
+    greedy = 0.0 if ctx.info.has("deterministic_greedy") else None
+    prompt = "Write three sentences about the sea, the wind and the boats."
+    stop_lists: list[list[str]] = [[]] + (
+        [[NEVER_MATCHES, "e§", " the§"]] if ctx.info.has("stop_strings") else []
+    )
+    records = await asyncio.gather(
+        *(
+            ctx.generate(
+                request(
+                    ctx, prompt, temperature=greedy, ignore_eos=True, stop_strings=stops,
+                    max_tokens=ctx.tuning.max_tokens * 2,
+                )
+            )
+            for stops in stop_lists
+        )
+    )  # fmt: skip
+    checked = 0
+    for stops, record in zip(stop_lists, records, strict=True):
+        for view in ok(ctx, record).outputs().values():
+            ids: list[int] = []
+            text = ""
+            for delta in view.deltas[:-1]:  # the last delta may end at a stop match, which cuts the text
+                ids.extend(delta.token_ids)
+                text += delta.text
+                # skip_special_tokens is unset in the request, so it is true (SAMPLE-8)
+                kept = _needless_holdback(text, await ctx.detokenize(ids, True), stops)
+                checked += 1
+                if kept is not None:
+                    ctx.check.fail(
+                        f"text of output {view.index} after {len(ids)} tokens (stop strings {stops!r})",
+                        "all of its tokens' text but an incomplete character or a stop-string prefix",
+                        f"{kept!r} kept back",
+                    )
+                    break
+    ctx.check.that(checked > 0, "deltas before the last one", "at least one", checked)

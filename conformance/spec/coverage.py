@@ -300,6 +300,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "STREAM-8.2": ("STREAM-8[greedy]", "STREAM-8[seeded]"),
     "STREAM-10.1": ("STREAM-10",),
     "STREAM-10.2": ("STREAM-10", "TOK-1"),
+    "STREAM-11.1": ("STREAM-11",),
     "FINISH-1.1": ("FINISH-1", "FINISH-1[stateful]", "N-1[*]"),
     "FINISH-1.2": ("FINISH-1", "FINISH-1[stateful]"),
     "FINISH-2.1": ("FINISH-2",),

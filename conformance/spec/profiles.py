@@ -104,6 +104,7 @@ _ENGINE: dict[str, Reading] = {
     "STREAM-3": reads("`index` in [0, n) on every chunk and complete (proto3: an absent index reads 0)"),
     "STREAM-4": na(NO_TEXT),
     "STREAM-5": na(NO_TEXT),
+    "STREAM-11": na(NO_TEXT),
     "STREAM-7": reads(
         "output_logprobs: one entry per token with its id and a logprob ≤ 0, top_logprobs with the entries "
         "asked for, sorted; the protocols carry no rank (the driver derives it from the token's place in top)"

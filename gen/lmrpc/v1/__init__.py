@@ -999,7 +999,9 @@ class RequestError(betterproto2.Message):
 
     retryable: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
     """
-    Whether sending the same request again may succeed.
+    Whether sending the same request again may succeed: true for UNAVAILABLE (a worker
+    restarting, a server draining), false where the request or its client caused the failure
+    (INVALID_ARGUMENT, FLOW-2's RESOURCE_EXHAUSTED after a stall).
     """
 
 

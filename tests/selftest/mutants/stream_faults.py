@@ -157,6 +157,26 @@ class CachedNeverZero(Mutant):
             yield event
 
 
+class TextAtTheEnd(Mutant):
+    name = "text-at-the-end"
+    fault = "an output's text is kept back and sent in one text-only delta just before its finish"
+    expected = frozenset({"STREAM-11"})
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        kept: dict[int, str] = {}
+        final_only = call.request.response is not None and call.request.response.final_only
+        async for event in events:
+            if kind(event) == "delta" and not final_only:  # final_only sends one delta anyway
+                index = delta(event).output_index or 0
+                kept[index] = kept.get(index, "") + delta(event).text
+                delta(event).text = ""
+            elif kind(event) == "finished" and kept.get(index := finished(event).output_index or 0):
+                yield GenerateResponse(
+                    request_id=event.request_id, delta=TokenDelta(output_index=index, text=kept.pop(index))
+                )
+            yield event
+
+
 STREAM_FAULTS: tuple[type[Mutant], ...] = (
     StopPrefixLeaked,
     RankClaimsTop,
@@ -166,4 +186,5 @@ STREAM_FAULTS: tuple[type[Mutant], ...] = (
     LengthBeatsStop,
     StopTailKept,
     CachedNeverZero,
+    TextAtTheEnd,
 )
