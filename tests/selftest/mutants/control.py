@@ -37,6 +37,7 @@ class IgnoredAbort(Mutant):
     expected = frozenset(
         {
             "ABORT-1[duplicate-ids]",
+            "CAP-5[max_abort_request_ids]",
             "ABORT-1[mixed]",
             "ABORT-1[twice-while-ending]",  # the request still runs, so the second Abort says ABORTED too
             "ABORT-2[*]",

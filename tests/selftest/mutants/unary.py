@@ -104,6 +104,7 @@ class UnknownAbortFails(Mutant):
     expected = frozenset(  # every ABORT-1 case but twice-while-ending, whose two Aborts name a live id
         {
             "ABORT-1[unknown]",
+            "CAP-5[max_abort_request_ids]",
             "ABORT-1[finished]",
             "ABORT-1[finished-then-reused]",
             "ABORT-1[twice]",

@@ -29,7 +29,8 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
     # one ends at EOS varies; whether a token precedes an Abort sent at acceptance or right after
     # the Generate is timing
     # FINISH-5 and STREAM-6[concurrent] too: which chunk is last (an EOS, a greedy tail) depends on
-    # how the engine batched the steps and on unseeded sampling
+    # how the engine batched the steps and on unseeded sampling; so do the token counts of N-1[n=4]
+    # and USAGE-6 (seen on a busy machine)
     tolerated = frozenset(
         {
             "ABORT-2[before-first-token]",
@@ -37,6 +38,8 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
             "FINISH-5",
             "SMG-2[eos]",
             "STREAM-6[concurrent]",
+            "N-1[n=4]",
+            "USAGE-6[*]",
         }
     )
 
@@ -218,8 +221,11 @@ class CancelNotPropagated(f.CancelNotPropagated, SglangProxy):
     )
     # may also fail: requests a reset left generating may still run when these read the load; a
     # reset right after the call begins can beat the request to the proxy, which then never
-    # starts it
-    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-1[after-begin]", "SMG-3[abort]"})
+    # starts it; a deadline ends a call with a reset too, and whether the request it leaves running
+    # outlasts CANCEL-2's release check is timing
+    tolerated = frozenset(
+        {"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-1[after-begin]", "CANCEL-2[deadline]", "SMG-3[abort]"}
+    )
 
 
 class LoadStuckAfterEnd(f.LoadStuckAfterEnd, SglangProxy):

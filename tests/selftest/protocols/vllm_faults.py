@@ -29,9 +29,12 @@ class LastChunkLost(f.LastChunkLost, VllmProxy):
             "USAGE-5",
         }
     )
-    # how many tokens the lost chunk held depends on how the engine merged its steps, so two
-    # seeded runs of the same request can come out different lengths
-    tolerated = frozenset({"SAMPLE-3[per-output]"})
+    # how many tokens the lost chunk held depends on how the engine merged its steps, so two runs
+    # of the same request (seeded, greedy, alone or beside others) can come out different lengths,
+    # and a long output's completion count can miss a token (seen on a busy machine)
+    tolerated = frozenset(
+        {"SAMPLE-1[temperature=0]", "SAMPLE-3[per-output]", "STREAM-6[concurrent]", "USAGE-6[*]"}
+    )
 
 
 class CumulativeIds(f.CumulativeIds, VllmProxy):
@@ -201,8 +204,11 @@ class CancelNotPropagated(f.CancelNotPropagated, VllmProxy):
     )
     # may also fail: requests a reset left generating may still run when these read the load; a
     # reset right after the call begins can beat the request to the proxy, which then never
-    # starts it
-    tolerated = frozenset({"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-1[after-begin]", "SMG-3[abort]"})
+    # starts it; a deadline ends a call with a reset too, and whether the request it leaves running
+    # outlasts CANCEL-2's release check is timing (seen on a busy machine)
+    tolerated = frozenset(
+        {"ABORT-3[abort]", "ABORT-3[stateful]", "CANCEL-1[after-begin]", "CANCEL-2[deadline]", "SMG-3[abort]"}
+    )
 
 
 class LoadStuckAfterEnd(f.LoadStuckAfterEnd, VllmProxy):
