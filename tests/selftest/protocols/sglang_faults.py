@@ -30,7 +30,7 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
     # the Generate is timing
     # FINISH-5 and STREAM-6[concurrent] too: which chunk is last (an EOS, a greedy tail) depends on
     # how the engine batched the steps and on unseeded sampling; so do the token counts of N-1[n=4]
-    # and USAGE-6 (seen on a busy machine)
+    # and USAGE-6 (seen on a busy machine) and every SAMPLE case that compares two runs' outputs
     tolerated = frozenset(
         {
             "ABORT-2[before-first-token]",
@@ -39,6 +39,7 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
             "SMG-2[eos]",
             "STREAM-6[concurrent]",
             "N-1[n=4]",
+            "SAMPLE-*",
             "USAGE-6[*]",
         }
     )
@@ -256,12 +257,9 @@ class LoadsHideRunning(f.LoadsHideRunning, SglangProxy):
 
 class EosIdsWrong(f.EosIdsWrong, SglangProxy):
     name = "sglang-eos-ids-wrong"
-    expected = frozenset(
-        {
-            "FINISH-5",
-            "SMG-2[eos]",
-        }
-    )
+    expected = frozenset({"SMG-2[eos]"})
+    # FINISH-5 sees it only when a pooled output ends at EOS, and SGLang's sampling has no seed
+    tolerated = frozenset({"FINISH-5"})
 
 
 class Unhealthy(f.Unhealthy, SglangProxy):
