@@ -10,7 +10,8 @@ Every mutant changes one operator, constant, condition, return value or call sta
 of the request path (frontend validation, request table, streaming assembly, abort handling,
 detokenizer and stop matching, the stopping rules). It is served by a reference server started from
 a copy of ``reference_server/`` holding the mutated file (the harness itself is never mutated); the
-harness's verdict is the mutant's: any failure, error or hang kills it. Results are appended to
+harness's verdict is the mutant's: any failure, error or hang kills it. Authentication is on (a
+client and an admin token), so the ownership rules of AUTH-3 are exercised too. Results are appended to
 ``reports/mutation/results.jsonl``, so a long run is made of short chunks (``--minutes``) that can be
 interleaved with other work. A survivor is either killed by a new or sharper case, or listed with a
 one-line reason why it is equivalent in ``bench/mutation-equivalent.txt``.
@@ -61,6 +62,10 @@ SERVER_ARGS = (  # the self-test's lane (tests/selftest/lanes.py), with a stall 
     "--engine", "fake", "--fake-token-delay", "0.002", "--kv-tokens", "100000", "--max-waiting-requests", "64",
     "--stall-timeout", "6",
 )  # fmt: skip
+# Authentication on, as a deployment with tenants runs: without it every caller is an admin and the
+# ownership rules (AUTH-3: a client's Abort reaches only its own requests) are never exercised.
+CLIENT_TOKEN, ADMIN_TOKEN = "mutation-client-token", "mutation-admin-token"
+TOKENS_FILE = f"{CLIENT_TOKEN} client\n{ADMIN_TOKEN} admin\n"
 TIME_SCALE = "0.5"
 MUTANT_TIMEOUT_S = 240.0  # a harness run past this is a hang: the mutant is killed
 
@@ -297,9 +302,12 @@ def judge(mutant: Mutant, source: str, scratch: Path) -> Verdict:
     env = {**os.environ, "PYTHONPATH": str(overlay), "PYTHONDONTWRITEBYTECODE": "1"}
     ready = scratch / "ready"
     ready.unlink(missing_ok=True)
+    tokens = scratch / "tokens"
+    tokens.write_text(TOKENS_FILE, encoding="utf-8")
     log = (scratch / "server.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "reference_server", "--port", "0", "--ready-file", str(ready), *SERVER_ARGS],
+        [sys.executable, "-m", "reference_server", "--port", "0", "--ready-file", str(ready), *SERVER_ARGS,
+         "--auth", str(tokens)],
         cwd=scratch, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
@@ -312,7 +320,7 @@ def judge(mutant: Mutant, source: str, scratch: Path) -> Verdict:
             done = subprocess.run(
                 [sys.executable, "-m", "conformance", "run", "--target", f"127.0.0.1:{port}", "--level", "all",
                  "--time-scale", TIME_SCALE, "--json", str(report), "--quiet", "--repro-dir", str(scratch / "repro"),
-                 "--baseline", str(KNOWN_FAILURES)],
+                 "--baseline", str(KNOWN_FAILURES), "--token", CLIENT_TOKEN, "--admin-token", ADMIN_TOKEN],
                 cwd=ROOT, capture_output=True, text=True, timeout=MUTANT_TIMEOUT_S,
             )  # fmt: skip
         except subprocess.TimeoutExpired:

@@ -94,7 +94,7 @@ async def admin_rpcs_need_the_admin_role(ctx: Ctx) -> None:
         )
 
 
-@case("AUTH-3", requires=("authentication",), budget=2.0)
+@case("AUTH-3", requires=("authentication",), budget=2.0, exclusive=True)  # ends with an Abort of all
 async def requests_belong_to_their_principal(ctx: Ctx) -> None:
     """Abort by id reaches only the caller's requests: ids are per principal, others' are NOT_IN_FLIGHT."""
     _tokens(ctx, admin=True)
