@@ -3,11 +3,14 @@ known to occur and check exactly where and how it ends."""
 
 from __future__ import annotations
 
+from conformance.cases._helpers import ok
 from conformance.cases._learned import (
     DETERMINISTIC,
     learn,
     pick_stop_string,
     pick_straddling_stop,
+    pin,
+    prompted,
     rerun,
     sendable,
     stop_of,
@@ -17,6 +20,7 @@ from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped
 from conformance.spec.registry import case
 from conformance.validators.base import first_stop_match
+from lmrpc.v1 import FinishReason
 
 
 @case(
@@ -152,3 +156,33 @@ async def stop_inside_token(ctx: Ctx) -> None:
         view.text,
     )
     ctx.check.equal("its token ids (the whole token included)", learned.token_ids[: k + 1], view.token_ids)
+
+
+@case(
+    "STOP-2",
+    tag="incomplete-end",
+    requires=("stop_strings", "tokenize", DETERMINISTIC),
+    sends=("scenario.stop-string-fffd-at-end",),
+)
+async def no_stop_in_the_final_fffd(ctx: Ctx) -> None:
+    """An output cut by max_tokens inside a character ends its text with U+FFFD (STREAM-4); that U+FFFD
+    exists only once the output has ended, so the stop string "\ufffd" does not match it."""
+    prompt = "🙂🚀🎉 日本語"  # a model that echoes its prompt sends multi-byte characters split across tokens
+    learned = await learn(ctx, prompt)
+    if "\ufffd" in learned.text:
+        raise CaseSkipped("the learned output holds U+FFFD of its own (not UTF-8)")
+    ids = learned.token_ids
+    for k in range(1, len(ids)):
+        text = await ctx.detokenize(ids[:k])
+        if text.endswith("\ufffd") and "\ufffd" not in text.rstrip("\ufffd"):
+            break
+    else:
+        raise CaseSkipped("no token of the learned output ends inside a character")
+    req = pin(ctx, prompted(ctx, prompt, max_tokens=k, stop_strings=["\ufffd"], ignore_eos=True))
+    view = ok(ctx, await ctx.generate(req)).outputs()[0]
+    ctx.check.equal(
+        f"finish of an output cut inside a character by max_tokens={k}, with stop string U+FFFD",
+        FinishReason.LENGTH,
+        view.finish.reason if view.finish else None,
+    )
+    ctx.check.equal("its text (ending with the U+FFFD of the cut character)", text, view.text)

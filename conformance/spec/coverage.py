@@ -221,6 +221,7 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("scenario.wait-for-capacity", "a request that must wait for KV capacity"),
     InputClass("scenario.special-string-in-chat", "a special-token string inside chat content"),
     InputClass("scenario.stop-before-min-tokens", "a stop string that occurs before min_tokens"),
+    InputClass("scenario.stop-string-fffd-at-end", "stop string U+FFFD and an output cut inside a character"),
     InputClass("scenario.reuse-after-finish", "a Generate reusing the id of a finished request at once"),
     InputClass("scenario.waiting-limit", "one request more than limits.max_waiting_requests"),
 )
@@ -327,6 +328,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "STOP-1.3": ("STOP-1[stop-token]", "STOP-6[inside-token]"),
     "STOP-2.1": ("STOP-2", "STOP-2[later-entry]"),
     "STOP-2.2": ("STOP-2[before-min-tokens]",),
+    "STOP-2.3": ("STOP-2[incomplete-end]",),
     "STOP-3.1": ("STOP-3",),
     "STOP-4.1": ("STOP-4[eos]",),
     "STOP-4.2": ("STOP-4[ignore_eos]",),
