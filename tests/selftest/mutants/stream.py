@@ -37,6 +37,7 @@ class MissingFinish(Mutant):
             "FINISH-1[stateful]",
             "FINISH-3",
             "SAMPLE-1[max_tokens-default]",
+            "STOP-2[incomplete-end]",
             "STOP-4[ignore_eos]",
             "USAGE-3",
             "USAGE-3[stateful]",
@@ -267,7 +268,14 @@ class UnspecifiedReason(Mutant):
     name = "unspecified-reason"
     fault = "LENGTH finishes are sent as FINISH_REASON_UNSPECIFIED"
     expected = frozenset(
-        {"FINISH-4", "FINISH-6", "FINISH-6[ignore_eos]", "SAMPLE-1[max_tokens-default]", "STOP-4[ignore_eos]"}
+        {
+            "FINISH-4",
+            "FINISH-6",
+            "FINISH-6[ignore_eos]",
+            "SAMPLE-1[max_tokens-default]",
+            "STOP-2[incomplete-end]",
+            "STOP-4[ignore_eos]",
+        }
     )
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
