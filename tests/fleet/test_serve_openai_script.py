@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,8 +15,6 @@ from pathlib import Path
 
 import pytest
 from gateway_fleet import FAKE_MODEL
-
-from reference_server.smg_gateway import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 90.0
@@ -26,16 +27,34 @@ def readme_one_liner() -> str:
     return match.group(1)
 
 
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free ports, below the ephemeral range: a port the kernel
+    hands out (bind to 0) has neighbours that any connection's source port may take meanwhile (seen
+    in CI: replica 1 found LMRPC_PORT + 1 in use)."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - count)
+        try:
+            with contextlib.ExitStack() as probes:
+                for port in range(base, base + count):
+                    probes.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {count} consecutive free ports in 20000-32000")
+
+
 def test_the_script_serves_two_replicas_and_the_readme_line_gets_an_answer(tmp_path: Path) -> None:
-    smg_port = free_port()
+    base = free_port_run(6)  # one run, so no two of the script's ports can meet
+    smg_port = base
     env = {
         **os.environ,
         "LMRPC_ENGINE": "fake",
         "LMRPC_SKIP_SETUP": "1",  # the test environment is the installed venv
         "SMG_PORT": str(smg_port),
-        "LMRPC_PORT": str(free_port()),
-        "LMRPC_METRICS_PORT": str(free_port()),
-        "SMG_METRICS_PORT": str(free_port()),
+        "SMG_METRICS_PORT": str(base + 1),
+        "LMRPC_PORT": str(base + 2),  # the script puts replica i on LMRPC_PORT + i
+        "LMRPC_METRICS_PORT": str(base + 4),
         "LMRPC_RUN_DIR": str(tmp_path),
     }
     output = tmp_path / "script.out"
