@@ -96,8 +96,9 @@ class CumulativeIds(Mutant):
             "USAGE-5",
         }
     )
-    # may also fail: how many tokens arrive before an abort at acceptance is timing
-    tolerated = frozenset({"ABORT-2[before-first-token]"})
+    # may also fail: how many tokens arrive before an abort at acceptance, or right after the send,
+    # is timing (a busy machine lets a second token out before the Abort lands)
+    tolerated = frozenset({"ABORT-2[before-first-token]", "ABORT-2[right-after-send]"})
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         so_far: dict[int, list[int]] = {}
