@@ -10,6 +10,7 @@ from reference_server.engine.attention import create_attention_backend, resolve_
 from reference_server.engine.batcher import Batcher, BatcherConfig, ScheduledChunk
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.embedding import SentenceEmbedder
+from reference_server.engine.host_memory import keep_freed_memory
 from reference_server.engine.kv_manager import KVManager
 from reference_server.engine.kv_pool import KVPool, SlotTable
 from reference_server.engine.model_runner import ModelRunner
@@ -42,6 +43,8 @@ class ModelEngine:
             torch.set_num_threads(config.num_threads)
         self.device = config.torch_device()
         self.dtype = config.torch_dtype(self.device)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         tokenizer = load_tokenizer(config.source)
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self.bos_token_id = tokenizer.bos_token_id
