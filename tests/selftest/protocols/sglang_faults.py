@@ -30,10 +30,13 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
     # the Generate is timing
     # FINISH-5 and STREAM-6[concurrent] too: which chunk is last (an EOS, a greedy tail) depends on
     # how the engine batched the steps and on unseeded sampling; so do the token counts of N-1[n=4]
-    # and USAGE-6 (seen on a busy machine) and every SAMPLE case that compares two runs' outputs
+    # and USAGE-6 (seen on a busy machine) and every SAMPLE case that compares two runs' outputs;
+    # a min_tokens output's count falls under its minimum when its stop token came in a chunk of
+    # several (STOP-5 without max_tokens, seen once in CI on the vLLM twin of this fault)
     tolerated = frozenset(
         {
             "ABORT-2[before-first-token]",
+            "STOP-5[no-max-tokens]",
             "ABORT-2[right-after-send]",
             "FINISH-5",
             "SMG-2[eos]",

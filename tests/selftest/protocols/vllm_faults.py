@@ -32,8 +32,9 @@ class LastChunkLost(f.LastChunkLost, VllmProxy):
     # how many tokens the lost chunk held depends on how the engine merged its steps, so two runs
     # of the same request (seeded, greedy, alone or beside others: the SAMPLE and STREAM-6 cases)
     # can come out different lengths, and a long output's completion count can miss a token (seen
-    # on a busy machine)
-    tolerated = frozenset({"SAMPLE-*", "STREAM-6[concurrent]", "USAGE-6[*]"})
+    # on a busy machine), or a min_tokens output's count can fall under its minimum when the stop
+    # token came in a chunk of several (STOP-5 without max_tokens, seen once in CI)
+    tolerated = frozenset({"SAMPLE-*", "STREAM-6[concurrent]", "USAGE-6[*]", "STOP-5[no-max-tokens]"})
 
 
 class CumulativeIds(f.CumulativeIds, VllmProxy):
