@@ -118,6 +118,13 @@ class SmgGateway:
         """Sum of the samples of ``name`` whose labels include ``labels``."""
         return sum_samples(self.metrics(), name, **labels)
 
+    def workers(self) -> list[dict[str, object]]:
+        """smg's view of each worker: url, status and the load it routes by (requests it counts
+        as running there)."""
+        with urllib.request.urlopen(f"{self.url}/workers", timeout=5) as response:
+            listed = json.load(response).get("workers", [])
+        return [{key: worker.get(key) for key in ("url", "status", "load")} for worker in listed]
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 

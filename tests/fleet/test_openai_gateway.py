@@ -178,15 +178,21 @@ def test_a_client_disconnect_aborts_the_request(fleet: Fleet) -> None:
     wait_until(idle, "every replica's GetLoad back at zero")
 
 
-def test_both_replicas_receive_traffic(fleet: Fleet) -> None:
-    client = fleet.client()
-    before = [r.generate_calls() for r in fleet.replicas]
-    for i in range(32):  # distinct prompts share no cached block: ties are broken at random
+def test_both_replicas_receive_traffic(fresh_fleet: Fleet) -> None:
+    """On a fleet of its own: on the shared one, CI once saw 32 distinct prompts in a row go to one
+    replica after the disconnect test. smg's routing state there (per-worker load and request
+    counts, cache trees) is whatever earlier tests left; which part of it did that is not known."""
+    client = fresh_fleet.client()
+    # Short distinct prompts share no cached block, so smg sends each to the least-loaded replica,
+    # ties going to the one that has processed fewer requests: they alternate.
+    for i in range(32):
         client.completions.create(model=FAKE_MODEL, prompt=f"{i} unrelated prompt {i * 7919}", max_tokens=2)
-        served = [r.generate_calls() - b for r, b in zip(fleet.replicas, before, strict=True)]
+        served = [r.generate_calls() for r in fresh_fleet.replicas]
         if all(served):
             return
-    pytest.fail(f"32 distinct prompts all went to one replica: {served}")
+    pytest.fail(
+        f"32 distinct prompts all went to one replica: {served}; smg's workers: {fresh_fleet.gateway.workers()}"
+    )
 
 
 def test_a_repeated_long_prefix_lands_on_the_replica_that_cached_it(fleet: Fleet) -> None:
