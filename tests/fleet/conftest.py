@@ -32,7 +32,7 @@ def fleet() -> Iterator[Fleet]:
 
 @pytest.fixture
 def fresh_fleet() -> Iterator[Fleet]:
-    """A fleet of its own, for a test about routing: smg's routing state (per-worker load and
-    request counts, its cache trees) is left as earlier tests leave it."""
+    """A fleet of its own, for a test about routing: on the shared fleet, smg's routing state
+    (per-worker load and request counts, its cache trees) is whatever earlier tests left."""
     with _two_replica_fleet() as own:
         yield own
