@@ -27,7 +27,9 @@ from reference_server.ipc import (
     TokenLogprob,
     derive_seed,
 )
-from reference_server.models.loader import load_llama
+from reference_server.engine.native.decoder import NativeDecoder, unsupported_reason
+from reference_server.models.loader import PREPACK_BATCH_HINT, load_llama
+from reference_server.models.packed_linear import prepack_supported
 from reference_server.models.tokenizer import load_tokenizer
 
 log = logging.getLogger("lmrpc.engine")
@@ -49,7 +51,11 @@ class ModelEngine:
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self.bos_token_id = tokenizer.bos_token_id
         self.model = load_llama(
-            config.source, device=self.device, dtype=self.dtype, int4_weights=config.weights == "int4"
+            config.source,
+            device=self.device,
+            dtype=self.dtype,
+            int4_weights=config.weights == "int4",
+            prepack=False,  # after the native decoder took its own packing of the dense weights
         )
         mc = self.model.config
         backend = resolve_backend(config.attention_backend, self.device)
@@ -62,19 +68,22 @@ class ModelEngine:
         # as many again for them: a full set of held sequences never blocks the running ones.
         rows = config.max_running_sequences * HELD_ROWS_FACTOR
         table = SlotTable(max_rows=rows, max_context_tokens=width, device=self.device)
-        self.kv = KVManager(pool, table, config.kv_event_block_size)
+        decoder = self._native_decoder(pool, table)
+        if prepack_supported(self.device, self.dtype):
+            self.model.prepack_weights(PREPACK_BATCH_HINT)
+        self.kv = KVManager(pool, table, config.kv_event_block_size, cache_generated=decoder is None)
         self.attention = create_attention_backend(
             backend, pool, table, num_heads=mc.num_heads, num_kv_heads=mc.num_kv_heads, head_dim=mc.head_dim,
         )  # fmt: skip
-        self.runner = ModelRunner(self.model, table, self.attention)
+        self.runner = ModelRunner(self.model, table, self.attention, decoder)
         self.batcher = Batcher(BatcherConfig(config.max_batch_tokens, config.max_running_sequences), self.kv)
         self.embedder = SentenceEmbedder(device=self.device) if config.load_embedding_model else None
         self._rejected: list[SequenceOutput] = []
         self._stuck = False  # the last step could neither run nor admit anything
         log.info(
-            "model engine: %s on %s (%s, %s weights), attention %s, %d KV slots, %d torch threads",
+            "model engine: %s on %s (%s, %s weights), attention %s, decode %s, %d KV slots, %d torch threads",
             config.source.model_id, self.device, self.dtype, config.weights, self.attention.name,
-            config.kv_tokens, torch.get_num_threads(),
+            "native" if decoder else "torch", config.kv_tokens, torch.get_num_threads(),
         )  # fmt: skip
 
     # ── Engine protocol ─────────────────────────────────────────────────────────────────────
@@ -197,6 +206,18 @@ class ModelEngine:
         return self.embedder.embed(texts)
 
     # ── internals ───────────────────────────────────────────────────────────────────────────
+
+    def _native_decoder(self, pool: KVPool, table: SlotTable) -> NativeDecoder | None:
+        kernel = self.config.decode_kernel
+        if kernel == "torch":
+            return None
+        reason = unsupported_reason(self.model, self.device, self.dtype)
+        if reason is None:
+            return NativeDecoder(self.model, pool, table)
+        if kernel == "native":
+            raise ValueError(f"decode_kernel='native' cannot run here: {reason}")
+        log.info("decode steps run in torch: %s", reason)
+        return None
 
     def check_integrity(self) -> None:
         """Every KV slot is free, cached or owned by exactly one running output (tests call this)."""

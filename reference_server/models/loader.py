@@ -21,14 +21,20 @@ def load_weights(source: ModelSource) -> tuple[LlamaConfig, dict[str, torch.Tens
 
 
 def load_llama(
-    source: ModelSource, *, device: torch.device, dtype: torch.dtype, int4_weights: bool = False
+    source: ModelSource,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    int4_weights: bool = False,
+    prepack: bool = True,
 ) -> LlamaModel:
-    """``int4_weights``: the layers' projections as 4-bit groups of 32 (CPU, bf16 only)."""
+    """``int4_weights``: the layers' projections as 4-bit groups of 32 (CPU, bf16 only).
+    ``prepack``: give bf16 CPU projections oneDNN's layout now (``LlamaModel.prepack_weights``)."""
     if int4_weights and not int4_supported(device, dtype):
         raise ValueError(f"int4 weights need the CPU and bfloat16, not {device.type} and {dtype}")
     config, weights = load_weights(source)
     model = LlamaModel(config, dtype, device)
     model.load_hf_state_dict(weights, int4_weights=int4_weights)
-    if prepack_supported(device, dtype):
+    if prepack and prepack_supported(device, dtype):
         model.prepack_weights(PREPACK_BATCH_HINT)
     return model.eval()

@@ -1,0 +1,98 @@
+"""Compile ``decode_step.c`` for this CPU once (cached by its source and the CPU) and load it.
+
+The kernels need an x86-64 CPU with AVX512-BF16 and a C compiler; without either the engine
+decodes with torch (``unavailable_reason`` says why).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("decode_step.c")
+REQUIRED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512_bf16")
+COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-Wall")
+
+
+class KernelsUnavailable(RuntimeError):
+    pass
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "lmrpc" / "native"
+
+
+def _compiler() -> str:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise KernelsUnavailable("no C compiler (cc or gcc) on PATH")
+    return compiler
+
+
+def _build(compiler: str, flags: set[str]) -> Path:
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join(COMPILE_FLAGS).encode() + " ".join(sorted(flags)).encode())
+    target = _cache_dir() / f"decode_step-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # build beside the target, then rename: servers starting together never load a half-written file
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        built = Path(scratch) / target.name
+        result = subprocess.run(
+            [compiler, *COMPILE_FLAGS, str(SOURCE), "-o", str(built), "-lm"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if result.returncode != 0:
+            raise KernelsUnavailable(f"{compiler} failed on {SOURCE.name}: {result.stderr.strip()[:2000]}")
+        os.replace(built, target)
+    return target
+
+
+@functools.cache
+def load_kernels() -> ctypes.CDLL:
+    """The compiled library, or KernelsUnavailable saying what is missing."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        raise KernelsUnavailable(f"the decode kernels are x86-64 only, not {platform.machine()}")
+    flags = _cpu_flags()
+    missing = [f for f in REQUIRED_CPU_FLAGS if f not in flags]
+    if missing:
+        raise KernelsUnavailable(f"the CPU lacks {', '.join(missing)}")
+    lib = ctypes.CDLL(str(_build(_compiler(), flags)))
+    pointer, integer = ctypes.c_void_p, ctypes.c_int
+    lib.lm_pack_weight.argtypes = [pointer, pointer, integer, integer]
+    lib.lm_pack_weight.restype = None
+    lib.lm_matmul.argtypes = [pointer, pointer, pointer, integer, integer, integer, integer]
+    lib.lm_matmul.restype = None
+    lib.lm_decode_step.argtypes = [pointer, integer, pointer, pointer, pointer, pointer, pointer, integer]
+    lib.lm_decode_step.restype = integer
+    return lib
+
+
+def unavailable_reason() -> str | None:
+    try:
+        load_kernels()
+    except (KernelsUnavailable, OSError, subprocess.SubprocessError) as error:
+        return str(error)
+    return None
