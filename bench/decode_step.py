@@ -1,6 +1,7 @@
 """Where one decode step goes at 1 stream, and before/after comparisons of it.
 
-    python bench/decode_step.py [--threads 1] [--steps 96] [--rounds 3] [--trees DIR,DIR,...] [--json out.json]
+    python bench/decode_step.py [--threads 1] [--steps 96] [--rounds 3] [--trees DIR,DIR,...]
+                                [--decode-kernel torch|native] [--json out.json]
 
 In-process, no gRPC: a ``ModelEngine`` (bf16, the embedded model, ``--weights``) decodes one greedy
 request (a ~48-token chat prompt, EOS ignored) and every step is timed; then the parts of the
@@ -11,6 +12,9 @@ same step are timed alone, at the same shapes, in the same process:
   LM head, so ``model - projections - attention`` is the eager glue (norms, RoPE, residuals);
 - ``sampling``: ``sample()`` on the step's logits;
 - ``step``: ``ModelEngine.step()``; ``step - model - sampling`` is the scheduler's bookkeeping.
+The parts describe the torch decode path (``--decode-kernel torch``, the default here); with
+``--decode-kernel native`` the step and ``model`` are the native call (engine/native/), and the
+other parts still time the torch modules, for comparison.
 With ``--trees``, each round runs this script once per source tree (a checkout of another
 commit, e.g. ``git archive`` of main), alternating, each in a fresh process; medians over rounds.
 """
@@ -41,7 +45,7 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def measure(threads: int, steps: int, weights: str) -> dict[str, float]:
+def measure(threads: int, steps: int, weights: str, decode_kernel: str) -> dict[str, float]:
     """Medians in ms of each part of a decode step (run inside the tree under test)."""
     import torch
 
@@ -51,7 +55,12 @@ def measure(threads: int, steps: int, weights: str) -> dict[str, float]:
     from reference_server.engine.sampler import sample
     from reference_server.ipc import DetokenizeConfig, SamplingConfig, StoppingConfig, SubmitRequest
 
-    engine = ModelEngine(ModelEngineConfig(num_threads=threads, load_embedding_model=False, weights=weights))
+    # trees from before the native decoder have no such field, and decode in torch
+    native_aware = "decode_kernel" in ModelEngineConfig.__dataclass_fields__
+    options = {"decode_kernel": decode_kernel} if native_aware else {}
+    engine = ModelEngine(
+        ModelEngineConfig(num_threads=threads, load_embedding_model=False, weights=weights, **options)
+    )
     greedy = SamplingConfig(0.0, 1.0, 0, 0.0, 0.0, 0.0, 1.0, 0)
     detokenize = DetokenizeConfig(True, True, (), False, 0)
     prompt = list(range(1000, 1048))
@@ -125,6 +134,8 @@ def run_tree(tree: str, args: argparse.Namespace) -> dict[str, float]:
         sys.executable, __file__, "--single", "--threads", str(args.threads),
         "--steps", str(args.steps), "--weights", args.weights,
     ]  # fmt: skip
+    if args.decode_kernel != "torch":  # trees from before the native decoder know no such option
+        command += ["--decode-kernel", args.decode_kernel]
     env = dict(os.environ, PYTHONPATH=tree)
     out = subprocess.run(command, cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
     parts: dict[str, float] = json.loads(out.strip().splitlines()[-1])
@@ -139,12 +150,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--weights", default="dense", choices=("dense", "int4"))
+    parser.add_argument("--decode-kernel", default="torch", choices=("torch", "native"))
     parser.add_argument("--trees", default=str(Path(__file__).resolve().parents[1]))
     parser.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.single:
-        print(json.dumps(measure(args.threads, args.steps, args.weights)))
+        print(json.dumps(measure(args.threads, args.steps, args.weights, args.decode_kernel)))
         return
     trees = args.trees.split(",")
     samples: dict[str, list[dict[str, float]]] = {tree: [] for tree in trees}

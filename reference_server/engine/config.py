@@ -47,7 +47,9 @@ class ModelEngineConfig:
         if self.weights not in WEIGHT_FORMATS:
             raise ValueError(f"weights={self.weights!r} must be one of {', '.join(WEIGHT_FORMATS)}")
         if self.decode_kernel not in DECODE_KERNELS:
-            raise ValueError(f"decode_kernel={self.decode_kernel!r} must be one of {', '.join(DECODE_KERNELS)}")
+            raise ValueError(
+                f"decode_kernel={self.decode_kernel!r} must be one of {', '.join(DECODE_KERNELS)}"
+            )
         if self.kv_tokens < 1:
             raise ValueError(f"kv_tokens={self.kv_tokens} must be >= 1")
         if self.num_threads is not None and self.num_threads < 1:

@@ -14,6 +14,7 @@ from reference_server.engine.host_memory import keep_freed_memory
 from reference_server.engine.kv_manager import KVManager
 from reference_server.engine.kv_pool import KVPool, SlotTable
 from reference_server.engine.model_runner import ModelRunner
+from reference_server.engine.native.decoder import NativeDecoder, unsupported_reason
 from reference_server.engine.sampler import SampleRow, sample
 from reference_server.engine.sequence import RequestGroup, Sequence
 from reference_server.engine.stopping import finish_after, suppressed_ids
@@ -27,7 +28,6 @@ from reference_server.ipc import (
     TokenLogprob,
     derive_seed,
 )
-from reference_server.engine.native.decoder import NativeDecoder, unsupported_reason
 from reference_server.models.loader import PREPACK_BATCH_HINT, load_llama
 from reference_server.models.packed_linear import prepack_supported
 from reference_server.models.tokenizer import load_tokenizer

@@ -22,7 +22,11 @@ def is_decode(chunk: ScheduledChunk) -> bool:
 
 class ModelRunner:
     def __init__(
-        self, model: LlamaModel, table: SlotTable, attention: AttentionBackend, decoder: NativeDecoder | None = None
+        self,
+        model: LlamaModel,
+        table: SlotTable,
+        attention: AttentionBackend,
+        decoder: NativeDecoder | None = None,
     ) -> None:
         self.model = model
         self.table = table
@@ -62,7 +66,9 @@ class ModelRunner:
         if all(native):
             return decode_logits
         others = [c for c, n in zip(chunks, native, strict=True) if not n]
-        other_slots = torch.cat([new_slots[offsets[i] : offsets[i + 1]] for i, n in enumerate(native) if not n])
+        other_slots = torch.cat(
+            [new_slots[offsets[i] : offsets[i + 1]] for i, n in enumerate(native) if not n]
+        )
         other_logits = self._forward_model(others, other_slots)
         # back into chunk order, one row per sampling chunk
         sampling = [n for c, n in zip(chunks, native, strict=True) if c.samples]

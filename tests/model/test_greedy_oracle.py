@@ -4,6 +4,7 @@ built from the same config and the same dequantized GGUF weights (full recompute
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -24,9 +25,10 @@ EXPECTED_FRANCE += [1, 4093, 198, 57, 5248, 3946, 288, 7198, 253, 725, 1406, 281
 NUM_TOKENS = 30
 
 
-def oracle_greedy(prompt: list[int], num_tokens: int) -> tuple[list[int], list[float]]:
+def hf_model(transformers_module: Any) -> Any:
+    """transformers' LlamaForCausalLM in float32 with the embedded model's dequantized weights."""
     config, weights = load_weights(resolve_model(None))
-    hf_config = transformers.LlamaConfig(
+    hf_config = transformers_module.LlamaConfig(
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size,
@@ -39,9 +41,14 @@ def oracle_greedy(prompt: list[int], num_tokens: int) -> tuple[list[int], list[f
         rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
         tie_word_embeddings=config.tie_embeddings,
     )
-    model = transformers.LlamaForCausalLM(hf_config).eval()
+    model = transformers_module.LlamaForCausalLM(hf_config).eval()
     missing, unexpected = model.load_state_dict(weights, strict=False)
     assert unexpected == [] and missing == ["lm_head.weight"]  # tied to the embeddings
+    return model
+
+
+def oracle_greedy(prompt: list[int], num_tokens: int) -> tuple[list[int], list[float]]:
+    model = hf_model(transformers)
     tokens: list[int] = []
     logprobs: list[float] = []
     past, feed = None, list(prompt)

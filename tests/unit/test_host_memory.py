@@ -41,7 +41,8 @@ def _faults(mode: str) -> tuple[bool, int]:
 def test_freed_temporaries_are_reused_without_page_faults() -> None:
     kept, faults = _faults("keep")
     assert kept, "keep_freed_memory() did not set glibc's thresholds"
-    _, default_faults = _faults("default")
-    # 20 bursts of 48 MB: ~245,000 faults when every burst gets fresh pages (glibc's default here)
-    assert default_faults > 100_000, f"the probe no longer shows the default's faults: {default_faults}"
-    assert faults * 10 < default_faults, (faults, default_faults)
+    # 20 bursts of 48 MB are 245,760 fresh 4 KiB pages. glibc's default got ~128,000-245,000
+    # faults here in some runs and ~12,000 in others (its adaptive mmap threshold), so the
+    # default is no baseline; the setting must keep every run near the ~12,000 floor.
+    fresh_pages = 20 * 4 * (12 << 20) // 4096
+    assert faults * 5 < fresh_pages, f"{faults} page faults for {fresh_pages} pages of temporaries"

@@ -70,7 +70,7 @@ class NativeDecoder:
         self._lib = load_kernels()
         c = model.config
         self.vocab_size = c.vocab_size
-        self._threads = torch.get_num_threads()
+        self.threads = torch.get_num_threads()  # OpenMP threads of a step; numbers do not depend on it
         layers = [layer for layer in model.layers if isinstance(layer, DecoderLayer)]
         self._keep: list[torch.Tensor] = []  # everything the C struct points to stays alive here
         head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
@@ -103,7 +103,9 @@ class NativeDecoder:
             k_pool=pointers(pool.k), v_pool=pointers(pool.v),
         )  # fmt: skip
 
-    def step(self, token_ids: list[int], positions: list[int], rows: list[int], slots: torch.Tensor) -> torch.Tensor:
+    def step(
+        self, token_ids: list[int], positions: list[int], rows: list[int], slots: torch.Tensor
+    ) -> torch.Tensor:
         """One new token per sequence: ``token_ids[i]`` at ``positions[i]`` of the sequence on
         slot-table row ``rows[i]`` (already mapping that position to ``slots[i]``). Writes the
         tokens' K/V and returns float32 logits [B, vocab]."""
@@ -115,7 +117,7 @@ class NativeDecoder:
         logits = torch.empty((batch, self.vocab_size), dtype=torch.float32)
         status = self._lib.lm_decode_step(
             ctypes.byref(self._struct), batch, ids.data_ptr(), pos.data_ptr(), row.data_ptr(),
-            new_slots.data_ptr(), logits.data_ptr(), self._threads,
+            new_slots.data_ptr(), logits.data_ptr(), self.threads,
         )  # fmt: skip
         if status != 0:
             raise MemoryError(f"native decode step of {batch} rows could not allocate its scratch memory")

@@ -1,0 +1,123 @@
+"""The native decode step (reference_server/engine/native): its matmul against float64, its
+rows and threads invariance, its tokens against transformers in float32, and the prefix cache
+keeping prompt tokens only while it runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from engine_driver import assert_idle, request, run
+
+from reference_server.engine.config import ModelEngineConfig
+from reference_server.engine.model_engine import ModelEngine
+from reference_server.engine.native.decoder import PANEL, unsupported_reason
+from reference_server.engine.native.kernels import unavailable_reason
+from reference_server.models.llama import LlamaModel
+from reference_server.models.tokenizer import TokenizerBundle
+
+pytestmark = pytest.mark.model
+KERNELS_MISSING = unavailable_reason()
+needs_kernels = pytest.mark.skipif(
+    KERNELS_MISSING is not None, reason=f"no native kernels: {KERNELS_MISSING}"
+)
+
+
+def native_matmul(weight: torch.Tensor, x: torch.Tensor, threads: int = 1) -> torch.Tensor:
+    from reference_server.engine.native.kernels import load_kernels
+
+    lib = load_kernels()
+    n, k = weight.shape
+    packed = torch.empty((-(-n // PANEL) * PANEL, k), dtype=torch.bfloat16)
+    lib.lm_pack_weight(weight.data_ptr(), packed.data_ptr(), n, k)
+    y = torch.empty((x.shape[0], n), dtype=torch.float32)
+    lib.lm_matmul(packed.data_ptr(), x.data_ptr(), y.data_ptr(), x.shape[0], n, k, threads)
+    return y
+
+
+@needs_kernels
+def test_matmul_rows_do_not_change_with_the_batch_or_the_threads() -> None:
+    generator = torch.Generator().manual_seed(7)
+    # 200 outputs: three full panels and a partial one; 13 rows: two full register tiles and one
+    weight = torch.randn((200, 96), generator=generator).bfloat16()
+    x = torch.randn((13, 96), generator=generator).bfloat16()
+    together = native_matmul(weight, x)
+    alone = torch.cat([native_matmul(weight, x[i : i + 1].contiguous()) for i in range(13)])
+    assert torch.equal(together, alone)
+    assert torch.equal(together, native_matmul(weight, x, threads=2))
+    exact = x.double() @ weight.double().T
+    assert torch.allclose(together.double(), exact, rtol=1e-5, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[ModelEngine]:
+    if KERNELS_MISSING is not None:
+        pytest.skip(f"no native kernels: {KERNELS_MISSING}")
+    yield ModelEngine(ModelEngineConfig(kv_tokens=4096, load_embedding_model=False, decode_kernel="native"))
+
+
+def chat(tokenizer: TokenizerBundle, text: str) -> list[int]:
+    return tokenizer.encode_chat([{"role": "user", "content": text}])
+
+
+def test_native_greedy_tokens_are_the_float32_models_choices(
+    engine: ModelEngine, tokenizer: TokenizerBundle
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    from test_greedy_oracle import hf_model
+
+    prompt = chat(tokenizer, "What is the capital of France?")
+    result = run(engine, {0: [request("france", prompt, max_tokens=30, top_logprobs=0)]})
+    tokens = result.tokens[("france", 0)]
+    assert "Paris" in tokenizer.decode(tokens)
+    model = hf_model(transformers)
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + tokens[:-1]])).logits[0, len(prompt) - 1 :].float()
+    reference = torch.log_softmax(logits, dim=-1)
+    chosen = reference.gather(1, torch.tensor(tokens)[:, None])[:, 0]
+    # every token is the float32 model's choice or within bf16 noise of it, and the reported
+    # logprob is the float32 one within bf16 noise: a wrong rotation, mask or norm is far off both
+    assert float((reference.max(dim=-1).values - chosen).max()) < 0.2
+    reported = torch.tensor([lp.logprob for lp in result.logprobs[("france", 0)]])
+    assert float((reported - chosen).abs().max()) < 0.2
+
+
+def test_threads_do_not_change_native_tokens(engine: ModelEngine, tokenizer: TokenizerBundle) -> None:
+    decoder = engine.runner.decoder
+    assert decoder is not None
+    prompt = chat(tokenizer, "Write a haiku about the sea.")
+    one = run(engine, {0: [request("one", prompt, max_tokens=20, top_logprobs=0)]})
+    decoder.threads = 2
+    try:
+        two = run(engine, {0: [request("two", prompt, max_tokens=20, top_logprobs=0)]})
+    finally:
+        decoder.threads = 1
+    assert one.tokens[("one", 0)] == two.tokens[("two", 0)]
+    assert one.logprobs[("one", 0)] == two.logprobs[("two", 0)]
+
+
+def test_only_prompt_tokens_are_cached_while_decoding_natively(
+    engine: ModelEngine, tokenizer: TokenizerBundle
+) -> None:
+    engine.flush_cache()
+    prompt = chat(tokenizer, "Name three primary colors.")
+    first = run(engine, {0: [request("first", prompt, max_tokens=12)]})
+    assert engine.kv.cache.evictable_size == len(prompt)
+    answer = first.tokens[("first", 0)]
+    # the next turn holds the answer: only the prompt part comes from the cache
+    follow_up = prompt + answer + chat(tokenizer, "And three secondary ones?")
+    second = run(engine, {0: [request("second", follow_up, max_tokens=4)]})
+    assert second.cached["second"] == len(prompt)
+    assert_idle(engine)
+
+
+def test_unsupported_settings_say_why(tokenizer: TokenizerBundle) -> None:
+    model = LlamaModel.__new__(LlamaModel)  # unsupported_reason reads the device and dtype first
+    assert "bfloat16 on the CPU" in str(unsupported_reason(model, torch.device("cpu"), torch.float32))
+    with pytest.raises(ValueError, match="decode_kernel='native' cannot run here"):
+        ModelEngine(
+            ModelEngineConfig(
+                dtype="float32", kv_tokens=256, load_embedding_model=False, decode_kernel="native"
+            )
+        )
