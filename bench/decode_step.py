@@ -1,7 +1,7 @@
 """Where one decode step goes at 1 stream, and before/after comparisons of it.
 
     python bench/decode_step.py [--threads 1] [--steps 96] [--rounds 3] [--trees DIR,DIR,...]
-                                [--decode-kernel torch|native] [--json out.json]
+                                [--kernels torch|native] [--json out.json]
 
 In-process, no gRPC: a ``ModelEngine`` (bf16, the embedded model, ``--weights``) decodes one greedy
 request (a ~48-token chat prompt, EOS ignored) and every step is timed; then the parts of the
@@ -12,9 +12,9 @@ same step are timed alone, at the same shapes, in the same process:
   LM head, so ``model - projections - attention`` is the eager glue (norms, RoPE, residuals);
 - ``sampling``: ``sample()`` on the step's logits;
 - ``step``: ``ModelEngine.step()``; ``step - model - sampling`` is the scheduler's bookkeeping.
-The parts describe the torch decode path (``--decode-kernel torch``, the default here); with
-``--decode-kernel native`` the step and ``model`` are the native call (engine/native/), and the
-other parts still time the torch modules, for comparison.
+The parts describe the torch model's step (``--kernels torch``, the default here); with
+``--kernels native`` the step and ``model`` are the native call (engine/native/), and the other
+parts still time the torch modules, for comparison.
 With ``--trees``, each round runs this script once per source tree (a checkout of another
 commit, e.g. ``git archive`` of main), alternating, each in a fresh process; medians over rounds.
 """
@@ -45,7 +45,7 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def measure(threads: int, steps: int, weights: str, decode_kernel: str) -> dict[str, float]:
+def measure(threads: int, steps: int, weights: str, kernels: str) -> dict[str, float]:
     """Medians in ms of each part of a decode step (run inside the tree under test)."""
     import torch
 
@@ -55,9 +55,9 @@ def measure(threads: int, steps: int, weights: str, decode_kernel: str) -> dict[
     from reference_server.engine.sampler import sample
     from reference_server.ipc import DetokenizeConfig, SamplingConfig, StoppingConfig, SubmitRequest
 
-    # trees from before the native decoder have no such field, and decode in torch
-    native_aware = "decode_kernel" in ModelEngineConfig.__dataclass_fields__
-    options = {"decode_kernel": decode_kernel} if native_aware else {}
+    # trees from before the native kernels have no such field, and run torch
+    native_aware = "kernels" in ModelEngineConfig.__dataclass_fields__
+    options = {"kernels": kernels} if native_aware else {}
     engine = ModelEngine(
         ModelEngineConfig(num_threads=threads, load_embedding_model=False, weights=weights, **options)
     )
@@ -134,8 +134,8 @@ def run_tree(tree: str, args: argparse.Namespace) -> dict[str, float]:
         sys.executable, __file__, "--single", "--threads", str(args.threads),
         "--steps", str(args.steps), "--weights", args.weights,
     ]  # fmt: skip
-    if args.decode_kernel != "torch":  # trees from before the native decoder know no such option
-        command += ["--decode-kernel", args.decode_kernel]
+    if args.kernels != "torch":  # trees from before the native kernels know no such option
+        command += ["--kernels", args.kernels]
     env = dict(os.environ, PYTHONPATH=tree)
     out = subprocess.run(command, cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
     parts: dict[str, float] = json.loads(out.strip().splitlines()[-1])
@@ -150,13 +150,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--weights", default="dense", choices=("dense", "int4"))
-    parser.add_argument("--decode-kernel", default="torch", choices=("torch", "native"))
+    parser.add_argument("--kernels", default="torch", choices=("torch", "native"))
     parser.add_argument("--trees", default=str(Path(__file__).resolve().parents[1]))
     parser.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.single:
-        print(json.dumps(measure(args.threads, args.steps, args.weights, args.decode_kernel)))
+        print(json.dumps(measure(args.threads, args.steps, args.weights, args.kernels)))
         return
     trees = args.trees.split(",")
     samples: dict[str, list[dict[str, float]]] = {tree: [] for tree in trees}

@@ -46,11 +46,11 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         "exact for a Q4_1 GGUF (CPU, bfloat16)",
     )
     parser.add_argument(
-        "--decode-kernel",
+        "--kernels",
         choices=("auto", "native", "torch"),
         default="auto",
-        help="native: decode steps in one compiled call (x86-64 CPU with AVX512-BF16, bfloat16, dense "
-        "weights); torch: the torch model; auto (default): native where it runs",
+        help="native: every engine step in one compiled call (x86-64 CPU with AVX512-BF16 and a C "
+        "compiler, bfloat16, dense weights); torch: the torch model; auto (default): native where it runs",
     )
     parser.add_argument("--no-embedding", action="store_true", help="do not load the embedding model")
     parser.add_argument(
@@ -147,7 +147,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 num_threads=args.threads,
                 kv_events=not args.no_vllm_dialect or args.sglang_port is not None,  # for smg only
                 weights=args.weights,
-                decode_kernel=args.decode_kernel,
+                kernels=args.kernels,
             ),
             limits=Limits(
                 max_message_bytes=args.max_message_bytes,

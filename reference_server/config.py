@@ -87,7 +87,7 @@ class EngineOptions:
     num_threads: int | None = None  # torch threads; None: all cores but two (at least one)
     kv_events: bool = True  # report the prefix cache as KV-cache events (for smg's routing)
     weights: str = "dense"  # dense, or int4 (the layers' projections as 4-bit groups of 32)
-    decode_kernel: str = "auto"  # auto, native or torch (reference_server/engine/native/decoder.py)
+    kernels: str = "auto"  # auto, native or torch (reference_server/engine/native/)
 
     def __post_init__(self) -> None:
         if self.kind not in ("model", "fake"):
@@ -98,8 +98,8 @@ class EngineOptions:
             raise ValueError(f"num_threads={self.num_threads} must be >= 1")
         if self.weights not in ("dense", "int4"):
             raise ValueError(f"weights={self.weights!r} must be 'dense' or 'int4'")
-        if self.decode_kernel not in ("auto", "native", "torch"):
-            raise ValueError(f"decode_kernel={self.decode_kernel!r} must be 'auto', 'native' or 'torch'")
+        if self.kernels not in ("auto", "native", "torch"):
+            raise ValueError(f"kernels={self.kernels!r} must be 'auto', 'native' or 'torch'")
 
     @property
     def torch_threads(self) -> int:

@@ -13,7 +13,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 ATTENTION_BACKENDS = ("auto", "sdpa", "flashinfer")
 WEIGHT_FORMATS = ("dense", "int4")
-DECODE_KERNELS = ("auto", "native", "torch")
+KERNELS = ("auto", "native", "torch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +31,9 @@ class ModelEngineConfig:
     # dense: every weight in ``dtype``; int4: the layers' projections as 4-bit groups of 32 (exact
     # for a Q4_1 GGUF; CPU and bfloat16 only), embeddings and LM head in ``dtype``
     weights: str = "dense"
-    # native: decode rows in one C call per step (native/decoder.py; CPU with AVX512-BF16, bf16,
-    # dense weights); torch: the torch model for every row; auto: native where it runs
-    decode_kernel: str = "auto"
+    # native: every step in one compiled call (engine/native/; an x86-64 CPU with AVX512-BF16 and a C
+    # compiler, bfloat16, dense weights); torch: the torch model; auto: native where it runs
+    kernels: str = "auto"
 
     def __post_init__(self) -> None:
         if self.device.split(":", 1)[0] not in DEVICES:
@@ -46,10 +46,8 @@ class ModelEngineConfig:
             )
         if self.weights not in WEIGHT_FORMATS:
             raise ValueError(f"weights={self.weights!r} must be one of {', '.join(WEIGHT_FORMATS)}")
-        if self.decode_kernel not in DECODE_KERNELS:
-            raise ValueError(
-                f"decode_kernel={self.decode_kernel!r} must be one of {', '.join(DECODE_KERNELS)}"
-            )
+        if self.kernels not in KERNELS:
+            raise ValueError(f"kernels={self.kernels!r} must be one of {', '.join(KERNELS)}")
         if self.kv_tokens < 1:
             raise ValueError(f"kv_tokens={self.kv_tokens} must be >= 1")
         if self.num_threads is not None and self.num_threads < 1:

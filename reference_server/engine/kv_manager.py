@@ -18,18 +18,10 @@ from reference_server.engine.sequence import RequestGroup, Sequence
 
 class KVManager:
     def __init__(
-        self,
-        pool: KVPool,
-        table: SlotTable,
-        kv_event_block_size: int = KV_EVENT_BLOCK_SIZE,
-        *,
-        cache_generated: bool = True,
+        self, pool: KVPool, table: SlotTable, kv_event_block_size: int = KV_EVENT_BLOCK_SIZE
     ) -> None:
         self.pool = pool
         self.table = table
-        # False while generated tokens' K/V comes from another kernel than the prompt's
-        # (native/decoder.py): a later prompt holding them must compute them as a prompt would
-        self.cache_generated = cache_generated
         self.cache = RadixCache(kv_event_block_size)
         self.reserved = 0  # sum of admitted groups' kv_reserved
 
@@ -134,17 +126,14 @@ class KVManager:
         assert rows + self.table.num_free_rows == self.table.rows.shape[0], "slot-table rows leaked"
 
     def _cache_computed(self, seq: Sequence) -> None:
-        """Insert the sequence's computed tokens (its prompt's only, unless ``cache_generated``)
-        into the prefix cache and drop its lock; slots the cache does not keep are freed."""
+        """Insert the sequence's computed tokens into the prefix cache and drop its lock; slots the
+        cache already had a copy of are freed."""
         assert seq.row is not None
         n = seq.num_computed_tokens
-        cached = n if self.cache_generated else min(n, seq.num_prompt_tokens)
         if n > seq.num_locked_tokens:
             slots = self.table.read(seq.row, n)
-            locked = seq.num_locked_tokens
-            already = self.cache.insert(seq.token_ids[:cached], slots[:cached]) if cached > locked else 0
-            self.pool.free(slots[locked : max(already, locked)])
-            self.pool.free(slots[max(cached, locked) :])
+            already = self.cache.insert(seq.token_ids[:n], slots)
+            self.pool.free(slots[seq.num_locked_tokens : max(already, seq.num_locked_tokens)])
         if seq.lock_node is not None:
             self.cache.unlock(seq.lock_node)
             seq.lock_node = None

@@ -14,7 +14,7 @@ from reference_server.engine.host_memory import keep_freed_memory
 from reference_server.engine.kv_manager import KVManager
 from reference_server.engine.kv_pool import KVPool, SlotTable
 from reference_server.engine.model_runner import ModelRunner
-from reference_server.engine.native.decoder import NativeDecoder, unsupported_reason
+from reference_server.engine.native.model import NativeModel, unsupported_reason
 from reference_server.engine.sampler import SampleRow, sample
 from reference_server.engine.sequence import RequestGroup, Sequence
 from reference_server.engine.stopping import finish_after, suppressed_ids
@@ -55,7 +55,7 @@ class ModelEngine:
             device=self.device,
             dtype=self.dtype,
             int4_weights=config.weights == "int4",
-            prepack=False,  # after the native decoder took its own packing of the dense weights
+            prepack=False,  # below, and only if the torch model runs the steps
         )
         mc = self.model.config
         backend = resolve_backend(config.attention_backend, self.device)
@@ -68,22 +68,22 @@ class ModelEngine:
         # as many again for them: a full set of held sequences never blocks the running ones.
         rows = config.max_running_sequences * HELD_ROWS_FACTOR
         table = SlotTable(max_rows=rows, max_context_tokens=width, device=self.device)
-        decoder = self._native_decoder(pool, table)
-        if prepack_supported(self.device, self.dtype):
+        native = self._native_model(pool, table)
+        if native is None and prepack_supported(self.device, self.dtype):
             self.model.prepack_weights(PREPACK_BATCH_HINT)
-        self.kv = KVManager(pool, table, config.kv_event_block_size, cache_generated=decoder is None)
+        self.kv = KVManager(pool, table, config.kv_event_block_size)
         self.attention = create_attention_backend(
             backend, pool, table, num_heads=mc.num_heads, num_kv_heads=mc.num_kv_heads, head_dim=mc.head_dim,
         )  # fmt: skip
-        self.runner = ModelRunner(self.model, table, self.attention, decoder)
+        self.runner = ModelRunner(self.model, table, self.attention, native)
         self.batcher = Batcher(BatcherConfig(config.max_batch_tokens, config.max_running_sequences), self.kv)
         self.embedder = SentenceEmbedder(device=self.device) if config.load_embedding_model else None
         self._rejected: list[SequenceOutput] = []
         self._stuck = False  # the last step could neither run nor admit anything
         log.info(
-            "model engine: %s on %s (%s, %s weights), attention %s, decode %s, %d KV slots, %d torch threads",
-            config.source.model_id, self.device, self.dtype, config.weights, self.attention.name,
-            "native" if decoder else "torch", config.kv_tokens, torch.get_num_threads(),
+            "model engine: %s on %s (%s, %s weights), %s kernels, attention %s, %d KV slots, %d threads",
+            config.source.model_id, self.device, self.dtype, config.weights, "native" if native else "torch",
+            "native" if native else self.attention.name, config.kv_tokens, torch.get_num_threads(),
         )  # fmt: skip
 
     # ── Engine protocol ─────────────────────────────────────────────────────────────────────
@@ -207,16 +207,16 @@ class ModelEngine:
 
     # ── internals ───────────────────────────────────────────────────────────────────────────
 
-    def _native_decoder(self, pool: KVPool, table: SlotTable) -> NativeDecoder | None:
-        kernel = self.config.decode_kernel
-        if kernel == "torch":
+    def _native_model(self, pool: KVPool, table: SlotTable) -> NativeModel | None:
+        kernels = self.config.kernels
+        if kernels == "torch":
             return None
         reason = unsupported_reason(self.model, self.device, self.dtype)
         if reason is None:
-            return NativeDecoder(self.model, pool, table)
-        if kernel == "native":
-            raise ValueError(f"decode_kernel='native' cannot run here: {reason}")
-        log.info("decode steps run in torch: %s", reason)
+            return NativeModel(self.model, pool, table)
+        if kernels == "native":
+            raise ValueError(f"kernels='native' cannot run here: {reason}")
+        log.info("the torch model runs the steps: %s", reason)
         return None
 
     def check_integrity(self) -> None:

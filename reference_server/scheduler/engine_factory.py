@@ -41,7 +41,7 @@ def create_engine(options: EngineOptions) -> Engine:
             num_threads=options.torch_threads,
             kv_event_block_size=KV_EVENT_BLOCK_SIZE if options.kv_events else 0,
             weights=options.weights,
-            decode_kernel=options.decode_kernel,
+            kernels=options.kernels,
             **_optional(
                 kv_tokens=options.kv_tokens,
                 max_running_sequences=options.max_running_sequences,

@@ -1,7 +1,7 @@
-"""Compile ``decode_step.c`` for this CPU once (cached by its source and the CPU) and load it.
+"""Compile ``forward.c`` for this CPU once (cached by its source and the CPU) and load it.
 
 The kernels need an x86-64 CPU with AVX512-BF16 and a C compiler; without either the engine
-decodes with torch (``unavailable_reason`` says why).
+runs the torch model (``unavailable_reason`` says why).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("decode_step.c")
+SOURCE = Path(__file__).with_name("forward.c")
 REQUIRED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512_bf16")
 COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-Wall")
 
@@ -51,7 +51,7 @@ def _compiler() -> str:
 def _build(compiler: str, flags: set[str]) -> Path:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + " ".join(COMPILE_FLAGS).encode() + " ".join(sorted(flags)).encode())
-    target = _cache_dir() / f"decode_step-{key.hexdigest()[:16]}.so"
+    target = _cache_dir() / f"forward-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +74,7 @@ def _build(compiler: str, flags: set[str]) -> Path:
 def load_kernels() -> ctypes.CDLL:
     """The compiled library, or KernelsUnavailable saying what is missing."""
     if platform.machine() not in ("x86_64", "AMD64"):
-        raise KernelsUnavailable(f"the decode kernels are x86-64 only, not {platform.machine()}")
+        raise KernelsUnavailable(f"the native kernels are x86-64 only, not {platform.machine()}")
     flags = _cpu_flags()
     missing = [f for f in REQUIRED_CPU_FLAGS if f not in flags]
     if missing:
@@ -85,8 +85,10 @@ def load_kernels() -> ctypes.CDLL:
     lib.lm_pack_weight.restype = None
     lib.lm_matmul.argtypes = [pointer, pointer, pointer, integer, integer, integer, integer]
     lib.lm_matmul.restype = None
-    lib.lm_decode_step.argtypes = [pointer, integer, pointer, pointer, pointer, pointer, pointer, integer]
-    lib.lm_decode_step.restype = integer
+    lib.lm_forward.argtypes = [
+        pointer, integer, pointer, pointer, integer, pointer, pointer, pointer, integer, pointer, pointer, integer,
+    ]  # fmt: skip
+    lib.lm_forward.restype = integer
     return lib
 
 

@@ -1,6 +1,6 @@
-"""The native decode step (reference_server/engine/native): its matmul against float64, its
-rows and threads invariance, its tokens against transformers in float32, and the prefix cache
-keeping prompt tokens only while it runs."""
+"""The native forward pass (reference_server/engine/native): its matmul against float64, its
+rows and threads invariance, its tokens against transformers in float32, and a token's numbers
+being the same whether it was decoded, prefilled in a chunk, or taken from the prefix cache."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from engine_driver import assert_idle, request, run
 
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.model_engine import ModelEngine
-from reference_server.engine.native.decoder import PANEL, unsupported_reason
 from reference_server.engine.native.kernels import unavailable_reason
+from reference_server.engine.native.model import PANEL, unsupported_reason
 from reference_server.models.llama import LlamaModel
 from reference_server.models.tokenizer import TokenizerBundle
 
@@ -54,7 +54,7 @@ def test_matmul_rows_do_not_change_with_the_batch_or_the_threads() -> None:
 def engine() -> Iterator[ModelEngine]:
     if KERNELS_MISSING is not None:
         pytest.skip(f"no native kernels: {KERNELS_MISSING}")
-    yield ModelEngine(ModelEngineConfig(kv_tokens=4096, load_embedding_model=False, decode_kernel="native"))
+    yield ModelEngine(ModelEngineConfig(kv_tokens=4096, load_embedding_model=False, kernels="native"))
 
 
 def chat(tokenizer: TokenizerBundle, text: str) -> list[int]:
@@ -84,40 +84,43 @@ def test_native_greedy_tokens_are_the_float32_models_choices(
 
 
 def test_threads_do_not_change_native_tokens(engine: ModelEngine, tokenizer: TokenizerBundle) -> None:
-    decoder = engine.runner.decoder
-    assert decoder is not None
+    native = engine.runner.native
+    assert native is not None
     prompt = chat(tokenizer, "Write a haiku about the sea.")
     one = run(engine, {0: [request("one", prompt, max_tokens=20, top_logprobs=0)]})
-    decoder.threads = 2
+    native.threads = 2
     try:
         two = run(engine, {0: [request("two", prompt, max_tokens=20, top_logprobs=0)]})
     finally:
-        decoder.threads = 1
+        native.threads = 1
     assert one.tokens[("one", 0)] == two.tokens[("two", 0)]
     assert one.logprobs[("one", 0)] == two.logprobs[("two", 0)]
 
 
-def test_only_prompt_tokens_are_cached_while_decoding_natively(
+def test_a_token_is_the_same_decoded_prefilled_or_cached(
     engine: ModelEngine, tokenizer: TokenizerBundle
 ) -> None:
     engine.flush_cache()
     prompt = chat(tokenizer, "Name three primary colors.")
-    first = run(engine, {0: [request("first", prompt, max_tokens=12)]})
-    assert engine.kv.cache.evictable_size == len(prompt)
-    answer = first.tokens[("first", 0)]
-    # the next turn holds the answer: only the prompt part comes from the cache
-    follow_up = prompt + answer + chat(tokenizer, "And three secondary ones?")
-    second = run(engine, {0: [request("second", follow_up, max_tokens=4)]})
-    assert second.cached["second"] == len(prompt)
+    decoded = run(engine, {0: [request("decoded", prompt, max_tokens=12, top_logprobs=0)]})
+    answer = decoded.tokens[("decoded", 0)]
+    engine.flush_cache()
+    # the prompt plus the first 8 answer tokens, prefilled in one chunk: the next token and its
+    # logprob are those of the 9th decode step, bit for bit
+    fed = prompt + answer[:8]
+    prefilled = run(engine, {0: [request("prefilled", fed, max_tokens=1, top_logprobs=0)]})
+    cached = run(engine, {0: [request("cached", fed, max_tokens=1, top_logprobs=0)]})
+    assert cached.cached["cached"] == len(fed) - 1
+    for result, rid in ((prefilled, "prefilled"), (cached, "cached")):
+        assert result.tokens[(rid, 0)] == [answer[8]]
+        assert result.logprobs[(rid, 0)][0] == decoded.logprobs[("decoded", 0)][8]
     assert_idle(engine)
 
 
 def test_unsupported_settings_say_why(tokenizer: TokenizerBundle) -> None:
     model = LlamaModel.__new__(LlamaModel)  # unsupported_reason reads the device and dtype first
     assert "bfloat16 on the CPU" in str(unsupported_reason(model, torch.device("cpu"), torch.float32))
-    with pytest.raises(ValueError, match="decode_kernel='native' cannot run here"):
+    with pytest.raises(ValueError, match="kernels='native' cannot run here"):
         ModelEngine(
-            ModelEngineConfig(
-                dtype="float32", kv_tokens=256, load_embedding_model=False, decode_kernel="native"
-            )
+            ModelEngineConfig(dtype="float32", kv_tokens=256, load_embedding_model=False, kernels="native")
         )

@@ -1,15 +1,14 @@
-"""Decode steps in native code: every layer of a step for all its one-token rows in one call.
+"""The whole forward pass in native code: every layer of a step, for all its tokens, in one call.
 
-At one or a few rows a step is a pass over the weights plus thousands of small operations; in
-torch the operations cost as much as the pass (see bench/decode_step.py). ``decode_step.c``
-does the whole step without returning to Python, with its own matmul over weights packed for
-it once at load.
+A 135M model at one or a few rows is a pass over the weights plus thousands of small operations;
+in torch the operations cost as much as the pass (bench/decode_step.py). ``forward.c`` runs the
+step without returning to Python, with its own matmul over weights packed for it once at load,
+and attention straight from the token-slot KV pool.
 
-What goes native is decided per token, never per batch: every generated token that is fed back
-(a decode row) takes this path, every prompt token takes the torch model. So a sequence's numbers
-do not depend on what else runs in the step (SAMPLE-2), and prompt tokens' KV is the same whether
-it was computed now or taken from the prefix cache (KVManager caches prompt tokens only while a
-decoder is in use).
+Batch invariance holds by construction: every output element is computed by one fixed sequence
+of instructions that depends only on its own token (its row and position), never on how many
+tokens, chunks or threads share the step. Prompt and generated tokens take the same path, so KV
+from the prefix cache equals KV computed afresh.
 """
 
 from __future__ import annotations
@@ -23,8 +22,9 @@ from reference_server.engine.kv_pool import KVPool, SlotTable
 from reference_server.engine.native.kernels import KernelsUnavailable, load_kernels
 from reference_server.models.llama import DecoderLayer, LlamaModel
 
-PANEL = 64  # output columns per packed panel, as in decode_step.c
+PANEL = 64  # output columns per packed panel, as in forward.c
 VECTOR = 16  # float32 lanes of one AVX-512 vector
+MAX_HEAD_DIM = 512  # forward.c keeps one query head's pairs on the stack
 
 
 class _Model(ctypes.Structure):
@@ -42,15 +42,15 @@ class _Model(ctypes.Structure):
 
 
 def unsupported_reason(model: LlamaModel, device: torch.device, dtype: torch.dtype) -> str | None:
-    """Why this model cannot decode natively here, or None."""
+    """Why this model cannot run natively here, or None."""
     if device.type != "cpu" or dtype != torch.bfloat16:
-        return f"native decode runs bfloat16 on the CPU, not {dtype} on {device.type}"
+        return f"the native kernels run bfloat16 on the CPU, not {dtype} on {device.type}"
     c = model.config
-    for name in ("hidden_size", "head_dim"):
+    for name in ("hidden_size", "intermediate_size", "head_dim"):
         if getattr(c, name) % VECTOR:
             return f"{name}={getattr(c, name)} is not a multiple of {VECTOR}"
-    if c.intermediate_size % 2 or c.q_size % 2:
-        return "odd inner dimensions"
+    if c.head_dim > MAX_HEAD_DIM:
+        return f"head_dim={c.head_dim} is over {MAX_HEAD_DIM}"
     for layer in model.layers:
         assert isinstance(layer, DecoderLayer)
         for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
@@ -63,8 +63,8 @@ def unsupported_reason(model: LlamaModel, device: torch.device, dtype: torch.dty
     return None
 
 
-class NativeDecoder:
-    """Built from the dense model before its weights are prepacked for torch (it packs its own)."""
+class NativeModel:
+    """Built from the dense bf16 model (it packs its own copy of the projection weights)."""
 
     def __init__(self, model: LlamaModel, pool: KVPool, table: SlotTable) -> None:
         self._lib = load_kernels()
@@ -73,6 +73,7 @@ class NativeDecoder:
         self.threads = torch.get_num_threads()  # OpenMP threads of a step; numbers do not depend on it
         layers = [layer for layer in model.layers if isinstance(layer, DecoderLayer)]
         self._keep: list[torch.Tensor] = []  # everything the C struct points to stays alive here
+        self._arrays: list[ctypes.Array[ctypes.c_void_p]] = []
         head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
 
         def float_weight(norm: nn.Module) -> torch.Tensor:
@@ -85,7 +86,6 @@ class NativeDecoder:
             self._arrays.append(array)
             return ctypes.addressof(array)
 
-        self._arrays: list[ctypes.Array[ctypes.c_void_p]] = []
         self._struct = _Model(
             num_layers=c.num_layers, hidden=c.hidden_size, intermediate=c.intermediate_size,
             num_heads=c.num_heads, num_kv_heads=c.num_kv_heads, head_dim=c.head_dim, vocab=c.vocab_size,
@@ -103,24 +103,35 @@ class NativeDecoder:
             k_pool=pointers(pool.k), v_pool=pointers(pool.v),
         )  # fmt: skip
 
-    def step(
-        self, token_ids: list[int], positions: list[int], rows: list[int], slots: torch.Tensor
+    def forward(
+        self,
+        token_ids: list[int],
+        positions: list[int],
+        chunk_starts: list[int],
+        chunk_rows: list[int],
+        slots: torch.Tensor,
+        logit_tokens: list[int],
     ) -> torch.Tensor:
-        """One new token per sequence: ``token_ids[i]`` at ``positions[i]`` of the sequence on
-        slot-table row ``rows[i]`` (already mapping that position to ``slots[i]``). Writes the
-        tokens' K/V and returns float32 logits [B, vocab]."""
-        batch = len(token_ids)
+        """Chunk ``c`` is tokens ``chunk_starts[c]`` to ``chunk_starts[c + 1] - 1`` (consecutive
+        positions of the sequence on slot-table row ``chunk_rows[c]``, whose table already maps
+        them to ``slots``). Writes every token's K/V and returns float32 logits
+        [len(logit_tokens), vocab] for the tokens ``logit_tokens`` (increasing)."""
         ids = torch.tensor(token_ids, dtype=torch.int64)
         pos = torch.tensor(positions, dtype=torch.int64)
-        row = torch.tensor(rows, dtype=torch.int64)
+        starts = torch.tensor(chunk_starts, dtype=torch.int64)
+        rows = torch.tensor(chunk_rows, dtype=torch.int64)
         new_slots = slots.to(torch.int64).contiguous()
-        logits = torch.empty((batch, self.vocab_size), dtype=torch.float32)
-        status = self._lib.lm_decode_step(
-            ctypes.byref(self._struct), batch, ids.data_ptr(), pos.data_ptr(), row.data_ptr(),
-            new_slots.data_ptr(), logits.data_ptr(), self.threads,
+        wanted = torch.tensor(logit_tokens, dtype=torch.int64)
+        logits = torch.empty((len(logit_tokens), self.vocab_size), dtype=torch.float32)
+        status = self._lib.lm_forward(
+            ctypes.byref(self._struct), len(token_ids), ids.data_ptr(), pos.data_ptr(), len(chunk_rows),
+            starts.data_ptr(), rows.data_ptr(), new_slots.data_ptr(), len(logit_tokens), wanted.data_ptr(),
+            logits.data_ptr(), self.threads,
         )  # fmt: skip
         if status != 0:
-            raise MemoryError(f"native decode step of {batch} rows could not allocate its scratch memory")
+            raise MemoryError(
+                f"the native forward pass of {len(token_ids)} tokens could not allocate its scratch memory"
+            )
         return logits
 
     def _address(self, tensor: torch.Tensor) -> int:

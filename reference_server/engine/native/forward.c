@@ -1,0 +1,353 @@
+/* The forward pass of a Llama model over one engine step (prompt chunks and decode tokens of
+ * many sequences) on x86-64 with AVX512-BF16: bf16 weights and KV cache, float32 residual
+ * stream and accumulators, the same bf16 roundings between operations as the torch model.
+ *
+ * Token invariance: every output element is computed by one fixed sequence of instructions
+ * that depends only on its own token (its reduction orders do not depend on how many tokens,
+ * chunks or threads share the step), so a sequence's tokens do not change with the batch, and
+ * a token's K/V is the same in a prompt chunk of any size, as a decode token, or from the cache.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef uint16_t bf16;
+
+typedef struct {
+    int32_t num_layers, hidden, intermediate, num_heads, num_kv_heads, head_dim, vocab;
+    int32_t table_width, max_positions;
+    float eps;
+    const bf16 *embed;        /* [vocab, hidden] */
+    const bf16 *head;         /* [vocab, hidden] */
+    const float *final_norm;  /* [hidden] */
+    const float *rope_cos;    /* [max_positions, head_dim / 2] */
+    const float *rope_sin;
+    const int32_t *slot_table; /* [rows, table_width] */
+    const float *const *input_norm;  /* per layer [hidden] */
+    const float *const *post_norm;
+    const bf16 *const *qkv;      /* per layer [(heads + 2 kv heads) * head_dim, hidden] */
+    const bf16 *const *o;        /* [hidden, heads * head_dim] */
+    const bf16 *const *gate_up;  /* [2 * intermediate, hidden] */
+    const bf16 *const *down;     /* [hidden, intermediate] */
+    bf16 *const *k_pool;         /* per layer [slots, kv heads, head_dim] */
+    bf16 *const *v_pool;
+} lm_model;
+
+static inline float bf16_to_f32(bf16 v) {
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline bf16 f32_to_bf16(float f) { /* round to nearest even, as torch does */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16)(u >> 16);
+}
+
+static inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+static inline __m512 round_bf16_ps(__m512 v) { return _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(v)); }
+
+/* x[i] += y[i] rounded to bf16 (a bf16 projection output widened into the float32 stream) */
+static void add_rounded(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i += 16)
+        _mm512_storeu_ps(x + i, _mm512_add_ps(_mm512_loadu_ps(x + i), round_bf16_ps(_mm512_loadu_ps(y + i))));
+}
+
+/* ── y[m, n] = sum_k w[n, k] * x[m, k], x [M, K] bf16, y [M, N] float32 ─────────────────────
+ * w comes packed (lm_pack_weight): panels of 64 output columns, each [K / 2][64][2], so one
+ * dpbf16 adds a pair of k to 16 columns and the panel is read front to back once per row tile.
+ * Each output lane sums its k pairs in order, whatever the row tile or thread. */
+
+#define PANEL 64  /* output columns per panel: 4 vectors of 16 */
+#define ROWS_M 6  /* activation rows per register tile */
+
+static inline __attribute__((always_inline)) void tile(
+    const bf16 *panel, const bf16 *x, float *y, int K, int N, int ncols, const int M) {
+    __m512 acc[ROWS_M][4];
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < 4; j++) acc[m][j] = _mm512_setzero_ps();
+    for (int kp = 0; kp < K / 2; kp++) {
+        const bf16 *wp = panel + (size_t)kp * 2 * PANEL;
+        __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp), w1 = (__m512bh)_mm512_loadu_si512(wp + 32);
+        __m512bh w2 = (__m512bh)_mm512_loadu_si512(wp + 64), w3 = (__m512bh)_mm512_loadu_si512(wp + 96);
+        for (int m = 0; m < M; m++) {
+            int32_t pair;
+            memcpy(&pair, x + (size_t)m * K + 2 * kp, sizeof pair);
+            __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+            acc[m][0] = _mm512_dpbf16_ps(acc[m][0], w0, xv);
+            acc[m][1] = _mm512_dpbf16_ps(acc[m][1], w1, xv);
+            acc[m][2] = _mm512_dpbf16_ps(acc[m][2], w2, xv);
+            acc[m][3] = _mm512_dpbf16_ps(acc[m][3], w3, xv);
+        }
+    }
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < 4; j++) {
+            int left = ncols - 16 * j;
+            if (left <= 0) break;
+            __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+            _mm512_mask_storeu_ps(y + (size_t)m * N + 16 * j, mask, acc[m][j]);
+        }
+}
+
+static void matmul(const bf16 *w, const bf16 *x, float *y, int M, int N, int K, int threads) {
+    int panels = (N + PANEL - 1) / PANEL;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int b = 0; b < panels; b++) {
+        int n = b * PANEL, ncols = N - n < PANEL ? N - n : PANEL;
+        const bf16 *panel = w + (size_t)n * K;
+        for (int m = 0; m < M; m += ROWS_M) {
+            const bf16 *xm = x + (size_t)m * K;
+            float *ym = y + (size_t)m * N + n;
+            switch (M - m < ROWS_M ? M - m : ROWS_M) {
+                case 1: tile(panel, xm, ym, K, N, ncols, 1); break;
+                case 2: tile(panel, xm, ym, K, N, ncols, 2); break;
+                case 3: tile(panel, xm, ym, K, N, ncols, 3); break;
+                case 4: tile(panel, xm, ym, K, N, ncols, 4); break;
+                case 5: tile(panel, xm, ym, K, N, ncols, 5); break;
+                default: tile(panel, xm, ym, K, N, ncols, 6); break;
+            }
+        }
+    }
+}
+
+/* w [N, K] row-major → panels (N rounded up to PANEL with zero columns); K even */
+void lm_pack_weight(const bf16 *w, bf16 *packed, int N, int K) {
+    int panels = (N + PANEL - 1) / PANEL;
+    for (int b = 0; b < panels; b++)
+        for (int kp = 0; kp < K / 2; kp++)
+            for (int c = 0; c < PANEL; c++)
+                for (int e = 0; e < 2; e++) {
+                    int n = b * PANEL + c;
+                    packed[(((size_t)b * (K / 2) + kp) * PANEL + c) * 2 + e] = n < N ? w[(size_t)n * K + 2 * kp + e] : 0;
+                }
+}
+
+/* ── elementwise parts ───────────────────────────────────────────────────────────────────── */
+
+static void rms_norm(const float *x, const float *weight, bf16 *out, int M, int H, float eps) {
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (size_t)m * H;
+        __m512 acc = _mm512_setzero_ps();
+        for (int i = 0; i < H; i += 16) {
+            __m512 v = _mm512_loadu_ps(xr + i);
+            acc = _mm512_fmadd_ps(v, v, acc);
+        }
+        __m512 inverse_rms = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(acc) / (float)H + eps));
+        for (int i = 0; i < H; i += 16) {
+            __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xr + i), inverse_rms), _mm512_loadu_ps(weight + i));
+            _mm256_storeu_si256((__m256i *)(out + (size_t)m * H + i), (__m256i)_mm512_cvtneps_pbh(v));
+        }
+    }
+}
+
+/* e^x as 2^n * 2^f, f in [-0.5, 0.5], Taylor series to degree 7; x clamped to [-87, 88] (the
+ * softmax's x <= 0; SiLU's e^-gate for gates under -88 stays finite, and silu is ~-0 there) */
+static inline __m512 exp_ps(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f));
+    __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.6931471805599453f));
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* ── attention ───────────────────────────────────────────────────────────────────────────
+ * One chunk (consecutive new tokens of one sequence) and one KV head at a time: the keys the
+ * chunk sees are copied once into pair-interleaved layouts, so one dpbf16 scores 16 keys
+ * (keys_t: [head_dim / 2][padded keys][2]) or adds 2 keys' values to 16 dims (values_t:
+ * [padded keys / 2][head_dim][2]). Each query row then runs alone over its own keys: its sums
+ * have one order, set by its own length, whatever else is in the chunk or the step. */
+
+typedef struct {
+    bf16 *keys_t, *values_t; /* for keys 0 .. padded-1 (zeros past the last) */
+    int padded;              /* a multiple of 16 */
+} kv_view;
+
+static void gather_keys(const lm_model *md, int layer, const int32_t *slots, int length, int kv_head, kv_view *view) {
+    const int D = md->head_dim, KVH = md->num_kv_heads, padded = view->padded;
+    const bf16 *keys = md->k_pool[layer], *values = md->v_pool[layer];
+    uint32_t *kt = (uint32_t *)view->keys_t;
+    for (int p = 0; p < padded; p++) {
+        const bf16 *k = p < length ? keys + ((size_t)slots[p] * KVH + kv_head) * D : NULL;
+        for (int dp = 0; dp < D / 2; dp++) {
+            uint32_t pair = 0;
+            if (k) memcpy(&pair, k + 2 * dp, sizeof pair);
+            kt[(size_t)dp * padded + p] = pair;
+        }
+    }
+    for (int p = 0; p < padded; p += 2)
+        for (int e = 0; e < 2; e++) {
+            const bf16 *v = p + e < length ? values + ((size_t)slots[p + e] * KVH + kv_head) * D : NULL;
+            bf16 *dst = view->values_t + (size_t)p * D + e;
+            for (int d = 0; d < D; d++) dst[2 * d] = v ? v[d] : 0;
+        }
+}
+
+/* one query head of one row: q (bf16, pre-scaled) attends to keys 0..length-1 */
+static void attend_row(const kv_view *view, const bf16 *q, int D, int length, float *scores, bf16 *probs, bf16 *out) {
+    const int padded = view->padded, blocks = (length + 15) / 16;
+    uint32_t q_pairs[256];
+    memcpy(q_pairs, q, sizeof(bf16) * D);
+    float max = -INFINITY;
+    for (int b = 0; b < blocks; b++) {
+        __m512 acc = _mm512_setzero_ps();
+        const bf16 *kt = view->keys_t + (size_t)b * 32;
+        for (int dp = 0; dp < D / 2; dp++)
+            acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(kt + (size_t)dp * padded * 2),
+                                   (__m512bh)_mm512_set1_epi32((int32_t)q_pairs[dp]));
+        int left = length - 16 * b;
+        if (left < 16) acc = _mm512_mask_blend_ps((__mmask16)((1u << left) - 1u), _mm512_set1_ps(-INFINITY), acc);
+        _mm512_storeu_ps(scores + 16 * b, acc);
+        float block_max = _mm512_reduce_max_ps(acc);
+        max = block_max > max ? block_max : max;
+    }
+    __m512 vmax = _mm512_set1_ps(max), sum = _mm512_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+        __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(scores + 16 * b), vmax));
+        int left = length - 16 * b;
+        if (left < 16) e = _mm512_maskz_mov_ps((__mmask16)((1u << left) - 1u), e);
+        __m256bh rounded = _mm512_cvtneps_pbh(e);
+        _mm256_storeu_si256((__m256i *)(probs + 16 * b), (__m256i)rounded);
+        sum = _mm512_add_ps(sum, _mm512_cvtpbh_ps(rounded));
+    }
+    if (blocks * 16 < padded) memset(probs + 16 * blocks, 0, sizeof(bf16) * 16);  /* the pair past an odd end */
+    __m512 inverse_sum = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    const uint32_t *prob_pairs = (const uint32_t *)probs;
+    for (int d0 = 0; d0 < D; d0 += 64) {
+        int width = D - d0 < 64 ? (D - d0) / 16 : 4;
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int pp = 0; pp < (length + 1) / 2; pp++) {
+            __m512bh weight = (__m512bh)_mm512_set1_epi32((int32_t)prob_pairs[pp]);
+            const bf16 *vt = view->values_t + ((size_t)pp * D + d0) * 2;
+            for (int j = 0; j < width; j++)
+                acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)_mm512_loadu_si512(vt + 32 * j), weight);
+        }
+        for (int j = 0; j < width; j++)
+            _mm256_storeu_si256((__m256i *)(out + d0 + 16 * j), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(acc[j], inverse_sum)));
+    }
+}
+
+static void rotate(float *x, const float *cos, const float *sin, int half) {
+    for (int i = 0; i < half; i++) {
+        float x1 = x[i], x2 = x[i + half];
+        x[i] = x1 * cos[i] - x2 * sin[i];
+        x[i + half] = x2 * cos[i] + x1 * sin[i];
+    }
+}
+
+/* ── the forward pass ────────────────────────────────────────────────────────────────────── */
+
+/* T new tokens in chunks: chunk c is tokens chunk_starts[c] .. chunk_starts[c+1]-1, consecutive
+ * positions of the sequence on slot-table row chunk_rows[c] (already mapping every position,
+ * the new ones to new_slots). Writes the tokens' K/V; logits [num_logits, vocab] for the tokens
+ * logit_tokens. Returns 0, or -1 when scratch memory could not be allocated. */
+int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_t *positions,
+               int num_chunks, const int64_t *chunk_starts, const int64_t *chunk_rows, const int64_t *new_slots,
+               int num_logits, const int64_t *logit_tokens, float *logits, int threads) {
+    const int H = md->hidden, I = md->intermediate, D = md->head_dim, half = D / 2;
+    const int QH = md->num_heads, KVH = md->num_kv_heads, group = QH / KVH;
+    const int QKV = (QH + 2 * KVH) * D, QS = QH * D, KVS = KVH * D;
+    const float scale = 1.0f / sqrtf((float)D);
+    if (D > 512 || T < 1) return -2;
+    int max_len = 0;
+    for (int t = 0; t < T; t++) max_len = positions[t] + 1 > max_len ? (int)positions[t] + 1 : max_len;
+    const int padded_max = (max_len + 15) & ~15, workers = threads > 1 ? threads : 1;
+    int widest = QKV > 2 * I ? QKV : 2 * I;
+    float *x = malloc(sizeof(float) * T * H);
+    float *y = malloc(sizeof(float) * T * (widest > H ? widest : H));
+    bf16 *act = malloc(sizeof(bf16) * T * (I > QS ? I : QS));
+    bf16 *normed = malloc(sizeof(bf16) * T * H);
+    bf16 *q = malloc(sizeof(bf16) * T * QS);
+    bf16 *keys_t = malloc(sizeof(bf16) * (size_t)padded_max * D * workers);
+    bf16 *values_t = malloc(sizeof(bf16) * (size_t)padded_max * D * workers);
+    float *scores = malloc(sizeof(float) * (size_t)padded_max * workers);
+    bf16 *probs = malloc(sizeof(bf16) * ((size_t)padded_max + 16) * workers);
+    if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !scores || !probs) {
+        free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(scores); free(probs);
+        return -1;
+    }
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < H; i++) x[(size_t)t * H + i] = bf16_to_f32(md->embed[(size_t)token_ids[t] * H + i]);
+
+    for (int layer = 0; layer < md->num_layers; layer++) {
+        rms_norm(x, md->input_norm[layer], normed, T, H, md->eps);
+        matmul(md->qkv[layer], normed, y, T, QKV, H, threads);
+        for (int t = 0; t < T; t++) {
+            float *r = y + (size_t)t * QKV;
+            const float *cos = md->rope_cos + (size_t)positions[t] * half, *sin = md->rope_sin + (size_t)positions[t] * half;
+            for (int i = 0; i + 16 <= QKV; i += 16) _mm512_storeu_ps(r + i, round_bf16_ps(_mm512_loadu_ps(r + i)));
+            for (int i = QKV & ~15; i < QKV; i++) r[i] = round_bf16(r[i]);
+            for (int h = 0; h < QH + KVH; h++) rotate(r + (size_t)h * D, cos, sin, half);
+            for (int i = 0; i < QS; i++) q[(size_t)t * QS + i] = f32_to_bf16(round_bf16(r[i]) * scale);
+            bf16 *kd = md->k_pool[layer] + (size_t)new_slots[t] * KVS, *vd = md->v_pool[layer] + (size_t)new_slots[t] * KVS;
+            for (int i = 0; i < KVS; i++) {
+                kd[i] = f32_to_bf16(r[QS + i]);
+                vd[i] = f32_to_bf16(r[QS + KVS + i]);
+            }
+        }
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && num_chunks * KVH > 1)
+        for (int unit = 0; unit < num_chunks * KVH; unit++) {
+#ifdef _OPENMP
+            const int worker = threads > 1 ? omp_get_thread_num() : 0;
+#else
+            const int worker = 0;
+#endif
+            const int c = unit / KVH, kv_head = unit % KVH;
+            const int first = (int)chunk_starts[c], count = (int)(chunk_starts[c + 1] - chunk_starts[c]);
+            const int length = (int)positions[first + count - 1] + 1;
+            const int32_t *slots = md->slot_table + (size_t)chunk_rows[c] * md->table_width;
+            kv_view view = {keys_t + (size_t)worker * padded_max * D, values_t + (size_t)worker * padded_max * D,
+                            (length + 15) & ~15};
+            gather_keys(md, layer, slots, length, kv_head, &view);
+            for (int item = 0; item < count * group; item++) {
+                const int t = first + item / group, head = kv_head * group + item % group;
+                attend_row(&view, q + (size_t)t * QS + (size_t)head * D, D, (int)positions[t] + 1,
+                           scores + (size_t)worker * padded_max, probs + (size_t)worker * (padded_max + 16),
+                           act + (size_t)t * QS + (size_t)head * D);
+            }
+        }
+        matmul(md->o[layer], act, y, T, H, QS, threads);
+        add_rounded(x, y, (size_t)T * H);
+        rms_norm(x, md->post_norm[layer], normed, T, H, md->eps);
+        matmul(md->gate_up[layer], normed, y, T, 2 * I, H, threads);
+        for (int t = 0; t < T; t++) {
+            const float *g = y + (size_t)t * 2 * I, *u = g + I;
+            for (int i = 0; i < I; i += 16) {  /* silu(gate) * up, each rounded to bf16 as in torch */
+                __m512 gate = round_bf16_ps(_mm512_loadu_ps(g + i));
+                __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), gate));
+                __m512 silu = round_bf16_ps(_mm512_div_ps(gate, _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+                __m512 product = _mm512_mul_ps(silu, round_bf16_ps(_mm512_loadu_ps(u + i)));
+                _mm256_storeu_si256((__m256i *)(act + (size_t)t * I + i), (__m256i)_mm512_cvtneps_pbh(product));
+            }
+        }
+        matmul(md->down[layer], act, y, T, H, I, threads);
+        add_rounded(x, y, (size_t)T * H);
+    }
+    for (int j = 0; j < num_logits; j++) memmove(x + (size_t)j * H, x + (size_t)logit_tokens[j] * H, sizeof(float) * H);
+    rms_norm(x, md->final_norm, normed, num_logits, H, md->eps);
+    matmul(md->head, normed, logits, num_logits, md->vocab, H, threads);
+    free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(scores); free(probs);
+    return 0;
+}
+
+/* for tests: the bare matmul */
+void lm_matmul(const bf16 *w, const bf16 *x, float *y, int M, int N, int K, int threads) {
+    matmul(w, x, y, M, N, K, threads);
+}
