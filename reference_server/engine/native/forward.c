@@ -200,47 +200,83 @@ static void gather_keys(const lm_model *md, int layer, const int32_t *slots, int
         }
 }
 
-/* one query head of one row: q (bf16, pre-scaled) attends to keys 0..length-1 */
-static void attend_row(const kv_view *view, const bf16 *q, int D, int length, float *scores, bf16 *probs, bf16 *out) {
-    const int padded = view->padded, blocks = (length + 15) / 16;
-    uint32_t q_pairs[256];
-    memcpy(q_pairs, q, sizeof(bf16) * D);
-    float max = -INFINITY;
+/* up to 4 query heads of one row (all see keys 0..length-1): q [n][D] bf16, pre-scaled. The
+ * heads share every load of keys and values; each head's sums are its own, in key order. */
+#define HEADS_PER_TILE 4
+static inline __attribute__((always_inline)) void attend_heads(
+    const kv_view *view, const bf16 *q, int D, int length, float *scores, bf16 *probs, bf16 *out, const int n) {
+    const int padded = view->padded, blocks = (length + 15) / 16, pairs = (length + 1) / 2;
+    const int stride = padded + 16;  /* floats or bf16 per head in scores and probs */
+    const uint32_t *q_pairs = (const uint32_t *)q;
+    float max[HEADS_PER_TILE];
+    for (int h = 0; h < n; h++) max[h] = -INFINITY;
     for (int b = 0; b < blocks; b++) {
-        __m512 acc = _mm512_setzero_ps();
+        __m512 acc[HEADS_PER_TILE];
+        for (int h = 0; h < n; h++) acc[h] = _mm512_setzero_ps();
         const bf16 *kt = view->keys_t + (size_t)b * 32;
-        for (int dp = 0; dp < D / 2; dp++)
-            acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(kt + (size_t)dp * padded * 2),
-                                   (__m512bh)_mm512_set1_epi32((int32_t)q_pairs[dp]));
-        int left = length - 16 * b;
-        if (left < 16) acc = _mm512_mask_blend_ps((__mmask16)((1u << left) - 1u), _mm512_set1_ps(-INFINITY), acc);
-        _mm512_storeu_ps(scores + 16 * b, acc);
-        float block_max = _mm512_reduce_max_ps(acc);
-        max = block_max > max ? block_max : max;
-    }
-    __m512 vmax = _mm512_set1_ps(max), sum = _mm512_setzero_ps();
-    for (int b = 0; b < blocks; b++) {
-        __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(scores + 16 * b), vmax));
-        int left = length - 16 * b;
-        if (left < 16) e = _mm512_maskz_mov_ps((__mmask16)((1u << left) - 1u), e);
-        __m256bh rounded = _mm512_cvtneps_pbh(e);
-        _mm256_storeu_si256((__m256i *)(probs + 16 * b), (__m256i)rounded);
-        sum = _mm512_add_ps(sum, _mm512_cvtpbh_ps(rounded));
-    }
-    if (blocks * 16 < padded) memset(probs + 16 * blocks, 0, sizeof(bf16) * 16);  /* the pair past an odd end */
-    __m512 inverse_sum = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-    const uint32_t *prob_pairs = (const uint32_t *)probs;
-    for (int d0 = 0; d0 < D; d0 += 64) {
-        int width = D - d0 < 64 ? (D - d0) / 16 : 4;
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int pp = 0; pp < (length + 1) / 2; pp++) {
-            __m512bh weight = (__m512bh)_mm512_set1_epi32((int32_t)prob_pairs[pp]);
-            const bf16 *vt = view->values_t + ((size_t)pp * D + d0) * 2;
-            for (int j = 0; j < width; j++)
-                acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)_mm512_loadu_si512(vt + 32 * j), weight);
+        for (int dp = 0; dp < D / 2; dp++) {
+            __m512bh keys = (__m512bh)_mm512_loadu_si512(kt + (size_t)dp * padded * 2);
+            for (int h = 0; h < n; h++)
+                acc[h] = _mm512_dpbf16_ps(acc[h], keys, (__m512bh)_mm512_set1_epi32((int32_t)q_pairs[h * (D / 2) + dp]));
         }
-        for (int j = 0; j < width; j++)
-            _mm256_storeu_si256((__m256i *)(out + d0 + 16 * j), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(acc[j], inverse_sum)));
+        int left = length - 16 * b;
+        for (int h = 0; h < n; h++) {
+            if (left < 16) acc[h] = _mm512_mask_blend_ps((__mmask16)((1u << left) - 1u), _mm512_set1_ps(-INFINITY), acc[h]);
+            _mm512_storeu_ps(scores + (size_t)h * stride + 16 * b, acc[h]);
+            float block_max = _mm512_reduce_max_ps(acc[h]);
+            max[h] = block_max > max[h] ? block_max : max[h];
+        }
+    }
+    __m512 inverse_sum[HEADS_PER_TILE];
+    for (int h = 0; h < n; h++) {
+        float *s = scores + (size_t)h * stride;
+        bf16 *pr = probs + (size_t)h * stride;
+        __m512 vmax = _mm512_set1_ps(max[h]), sum = _mm512_setzero_ps();
+        for (int b = 0; b < blocks; b++) {
+            __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * b), vmax));
+            int left = length - 16 * b;
+            if (left < 16) e = _mm512_maskz_mov_ps((__mmask16)((1u << left) - 1u), e);
+            __m256bh rounded = _mm512_cvtneps_pbh(e);
+            _mm256_storeu_si256((__m256i *)(pr + 16 * b), (__m256i)rounded);
+            sum = _mm512_add_ps(sum, _mm512_cvtpbh_ps(rounded));
+        }
+        inverse_sum[h] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    }
+    for (int d0 = 0; d0 < D; d0 += 64) {
+        const int width = D - d0 < 64 ? (D - d0) / 16 : 4;
+        __m512 acc[HEADS_PER_TILE][4];
+        for (int h = 0; h < n; h++)
+            for (int j = 0; j < 4; j++) acc[h][j] = _mm512_setzero_ps();
+        for (int pp = 0; pp < pairs; pp++) {
+            const bf16 *vt = view->values_t + ((size_t)pp * D + d0) * 2;
+            __m512bh values[4];
+            for (int j = 0; j < width; j++) values[j] = (__m512bh)_mm512_loadu_si512(vt + 32 * j);
+            for (int h = 0; h < n; h++) {
+                uint32_t pair;
+                memcpy(&pair, probs + (size_t)h * stride + 2 * pp, sizeof pair);
+                __m512bh weight = (__m512bh)_mm512_set1_epi32((int32_t)pair);
+                for (int j = 0; j < width; j++) acc[h][j] = _mm512_dpbf16_ps(acc[h][j], values[j], weight);
+            }
+        }
+        for (int h = 0; h < n; h++)
+            for (int j = 0; j < width; j++)
+                _mm256_storeu_si256((__m256i *)(out + (size_t)h * D + d0 + 16 * j),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(acc[h][j], inverse_sum[h])));
+    }
+}
+
+/* the query heads of one row that share a KV head, in fixed tiles of up to HEADS_PER_TILE */
+static void attend_row(const kv_view *view, const bf16 *q, int group, int D, int length, float *scores,
+                       bf16 *probs, bf16 *out) {
+    for (int h = 0; h < group; h += HEADS_PER_TILE) {
+        const bf16 *qh = q + (size_t)h * D;
+        bf16 *oh = out + (size_t)h * D;
+        switch (group - h < HEADS_PER_TILE ? group - h : HEADS_PER_TILE) {
+            case 1: attend_heads(view, qh, D, length, scores, probs, oh, 1); break;
+            case 2: attend_heads(view, qh, D, length, scores, probs, oh, 2); break;
+            case 3: attend_heads(view, qh, D, length, scores, probs, oh, 3); break;
+            default: attend_heads(view, qh, D, length, scores, probs, oh, 4); break;
+        }
     }
 }
 
@@ -277,8 +313,9 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     bf16 *q = malloc(sizeof(bf16) * T * QS);
     bf16 *keys_t = malloc(sizeof(bf16) * (size_t)padded_max * D * workers);
     bf16 *values_t = malloc(sizeof(bf16) * (size_t)padded_max * D * workers);
-    float *scores = malloc(sizeof(float) * (size_t)padded_max * workers);
-    bf16 *probs = malloc(sizeof(bf16) * ((size_t)padded_max + 16) * workers);
+    const size_t tile_scratch = (size_t)HEADS_PER_TILE * (padded_max + 16);
+    float *scores = malloc(sizeof(float) * tile_scratch * workers);
+    bf16 *probs = malloc(sizeof(bf16) * tile_scratch * workers);
     if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !scores || !probs) {
         free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(scores); free(probs);
         return -1;
@@ -316,11 +353,10 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
             kv_view view = {keys_t + (size_t)worker * padded_max * D, values_t + (size_t)worker * padded_max * D,
                             (length + 15) & ~15};
             gather_keys(md, layer, slots, length, kv_head, &view);
-            for (int item = 0; item < count * group; item++) {
-                const int t = first + item / group, head = kv_head * group + item % group;
-                attend_row(&view, q + (size_t)t * QS + (size_t)head * D, D, (int)positions[t] + 1,
-                           scores + (size_t)worker * padded_max, probs + (size_t)worker * (padded_max + 16),
-                           act + (size_t)t * QS + (size_t)head * D);
+            for (int t = first; t < first + count; t++) {
+                const size_t heads = (size_t)t * QS + (size_t)kv_head * group * D;
+                attend_row(&view, q + heads, group, D, (int)positions[t] + 1, scores + (size_t)worker * tile_scratch,
+                           probs + (size_t)worker * tile_scratch, act + heads);
             }
         }
         matmul(md->o[layer], act, y, T, H, QS, threads);
