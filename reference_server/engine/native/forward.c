@@ -182,22 +182,38 @@ typedef struct {
 
 static void gather_keys(const lm_model *md, int layer, const int32_t *slots, int length, int kv_head, kv_view *view) {
     const int D = md->head_dim, KVH = md->num_kv_heads, padded = view->padded;
-    const bf16 *keys = md->k_pool[layer], *values = md->v_pool[layer];
-    uint32_t *kt = (uint32_t *)view->keys_t;
-    for (int p = 0; p < padded; p++) {
-        const bf16 *k = p < length ? keys + ((size_t)slots[p] * KVH + kv_head) * D : NULL;
+    /* keys: 8 keys at a time, one gather per pair of dims (past the end: zeros) */
+    const int32_t *keys = (const int32_t *)md->k_pool[layer];
+    int32_t *kt = (int32_t *)view->keys_t;
+    for (int p0 = 0; p0 < padded; p0 += 8) {
+        int64_t rows[8];
+        for (int e = 0; e < 8; e++)
+            rows[e] = p0 + e < length ? ((int64_t)slots[p0 + e] * KVH + kv_head) * (D / 2) : 0;
+        const __m512i base = _mm512_loadu_si512(rows);
+        const __mmask8 valid = length - p0 >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (length - p0 > 0 ? length - p0 : 0)) - 1u);
         for (int dp = 0; dp < D / 2; dp++) {
-            uint32_t pair = 0;
-            if (k) memcpy(&pair, k + 2 * dp, sizeof pair);
-            kt[(size_t)dp * padded + p] = pair;
+            __m256i pairs = _mm512_mask_i64gather_epi32(_mm256_setzero_si256(), valid,
+                                                        _mm512_add_epi64(base, _mm512_set1_epi64(dp)), keys, 4);
+            _mm256_storeu_si256((__m256i *)(kt + (size_t)dp * padded + p0), pairs);
         }
     }
-    for (int p = 0; p < padded; p += 2)
-        for (int e = 0; e < 2; e++) {
-            const bf16 *v = p + e < length ? values + ((size_t)slots[p + e] * KVH + kv_head) * D : NULL;
-            bf16 *dst = view->values_t + (size_t)p * D + e;
-            for (int d = 0; d < D; d++) dst[2 * d] = v ? v[d] : 0;
+    /* values: two keys' rows interleaved, 16 dims at a time */
+    const bf16 *values = md->v_pool[layer];
+    const __m512i low = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                         39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
+    for (int p = 0; p < padded; p += 2) {
+        const bf16 *a = p < length ? values + ((size_t)slots[p] * KVH + kv_head) * D : NULL;
+        const bf16 *b = p + 1 < length ? values + ((size_t)slots[p + 1] * KVH + kv_head) * D : NULL;
+        bf16 *dst = view->values_t + (size_t)p * D;
+        for (int d = 0; d < D; d += 32) {
+            const __mmask32 width = D - d >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (D - d)) - 1u);
+            __m512i va = a ? _mm512_maskz_loadu_epi16(width, a + d) : _mm512_setzero_si512();
+            __m512i vb = b ? _mm512_maskz_loadu_epi16(width, b + d) : _mm512_setzero_si512();
+            _mm512_storeu_si512(dst + 2 * d, _mm512_permutex2var_epi16(va, low, vb));
+            if (D - d > 16) _mm512_storeu_si512(dst + 2 * d + 32, _mm512_permutex2var_epi16(va, high, vb));
         }
+    }
 }
 
 /* up to 4 query heads of one row (all see keys 0..length-1): q [n][D] bf16, pre-scaled. The
