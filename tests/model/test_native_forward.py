@@ -117,6 +117,17 @@ def test_a_token_is_the_same_decoded_prefilled_or_cached(
     assert_idle(engine)
 
 
+def test_out_of_range_ids_and_positions_are_refused_before_anything_is_written(engine: ModelEngine) -> None:
+    native = engine.runner.native
+    assert native is not None
+    config = engine.model.config
+    before = engine.kv.pool.k[0][0].clone()
+    for token_id, position in ((config.vocab_size, 0), (-1, 0), (1, config.max_context_tokens)):
+        with pytest.raises(ValueError, match="out of range"):
+            native.forward([token_id], [position], [0, 1], [0], torch.tensor([0]), [0])
+    assert torch.equal(engine.kv.pool.k[0][0], before)
+
+
 def test_unsupported_settings_say_why(tokenizer: TokenizerBundle) -> None:
     model = LlamaModel.__new__(LlamaModel)  # unsupported_reason reads the device and dtype first
     assert "bfloat16 on the CPU" in str(unsupported_reason(model, torch.device("cpu"), torch.float32))

@@ -309,7 +309,8 @@ static void rotate(float *x, const float *cos, const float *sin, int half) {
 /* T new tokens in chunks: chunk c is tokens chunk_starts[c] .. chunk_starts[c+1]-1, consecutive
  * positions of the sequence on slot-table row chunk_rows[c] (already mapping every position,
  * the new ones to new_slots). Writes the tokens' K/V; logits [num_logits, vocab] for the tokens
- * logit_tokens. Returns 0, or -1 when scratch memory could not be allocated. */
+ * logit_tokens. Returns 0; -1 when scratch memory could not be allocated; -2 for a token id or
+ * position out of range (nothing is written then). */
 int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_t *positions,
                int num_chunks, const int64_t *chunk_starts, const int64_t *chunk_rows, const int64_t *new_slots,
                int num_logits, const int64_t *logit_tokens, float *logits, int threads) {
@@ -318,6 +319,10 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     const int QKV = (QH + 2 * KVH) * D, QS = QH * D, KVS = KVH * D;
     const float scale = 1.0f / sqrtf((float)D);
     if (D > 512 || T < 1) return -2;
+    for (int t = 0; t < T; t++)
+        if (token_ids[t] < 0 || token_ids[t] >= md->vocab || positions[t] < 0 || positions[t] >= md->max_positions ||
+            positions[t] >= md->table_width)
+            return -2;
     int max_len = 0;
     for (int t = 0; t < T; t++) max_len = positions[t] + 1 > max_len ? (int)positions[t] + 1 : max_len;
     const int padded_max = (max_len + 15) & ~15, workers = threads > 1 ? threads : 1;

@@ -24,7 +24,8 @@ from reference_server.models.llama import DecoderLayer, LlamaModel
 
 PANEL = 64  # output columns per packed panel, as in forward.c
 VECTOR = 16  # float32 lanes of one AVX-512 vector
-MAX_HEAD_DIM = 512  # forward.c keeps one query head's pairs on the stack
+MAX_HEAD_DIM = 512  # as forward.c checks
+OUT_OF_RANGE = -2  # lm_forward's status for a token id or position out of range
 
 
 class _Model(ctypes.Structure):
@@ -128,6 +129,11 @@ class NativeModel:
             starts.data_ptr(), rows.data_ptr(), new_slots.data_ptr(), len(logit_tokens), wanted.data_ptr(),
             logits.data_ptr(), self.threads,
         )  # fmt: skip
+        if status == OUT_OF_RANGE:
+            raise ValueError(
+                f"a token id or position is out of range (vocab {self.vocab_size}): ids {token_ids[:8]}, "
+                f"positions {positions[:8]}"
+            )
         if status != 0:
             raise MemoryError(
                 f"the native forward pass of {len(token_ids)} tokens could not allocate its scratch memory"

@@ -32,7 +32,7 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
     # how the engine batched the steps and on unseeded sampling; so do the token counts of N-1[n=4]
     # and USAGE-6 (seen on a busy machine) and every SAMPLE case that compares two runs' outputs;
     # a min_tokens output's count falls under its minimum when its stop token came in a chunk of
-    # several (STOP-5 without max_tokens, seen once in CI on the vLLM twin of this fault)
+    # several (STOP-5 with and without max_tokens, each seen once in CI on the vLLM twin of this fault)
     tolerated = frozenset(
         {
             "ABORT-2[before-first-token]",
@@ -42,6 +42,7 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
             "STREAM-6[concurrent]",
             "N-1[n=4]",
             "SAMPLE-*",
+            "STOP-5",
             "STOP-5[no-max-tokens]",
             "USAGE-6[*]",
         }

@@ -33,8 +33,11 @@ class LastChunkLost(f.LastChunkLost, VllmProxy):
     # of the same request (seeded, greedy, alone or beside others: the SAMPLE and STREAM-6 cases)
     # can come out different lengths, and a long output's completion count can miss a token (seen
     # on a busy machine), or a min_tokens output's count can fall under its minimum when the stop
-    # token came in a chunk of several (STOP-5 without max_tokens, seen once in CI)
-    tolerated = frozenset({"SAMPLE-*", "STREAM-6[concurrent]", "USAGE-6[*]", "STOP-5[no-max-tokens]"})
+    # token came in a chunk of several (STOP-5 without max_tokens, seen once in CI; STOP-5 itself,
+    # seen once in CI on the native engine, whose faster steps merge more tokens into one chunk)
+    tolerated = frozenset(
+        {"SAMPLE-*", "STREAM-6[concurrent]", "USAGE-6[*]", "STOP-5", "STOP-5[no-max-tokens]"}
+    )
 
 
 class CumulativeIds(f.CumulativeIds, VllmProxy):
@@ -50,9 +53,10 @@ class CumulativeIds(f.CumulativeIds, VllmProxy):
             "USAGE-5",
         }
     )
-    # may also fail: whether a mid-stream Abort lands after an output's second token (where
-    # cumulative ids first differ from deltas) is timing
-    tolerated = frozenset({"ABORT-2[mid-stream]"})
+    # may also fail: whether a mid-stream Abort, or ABORT-4's Abort after the first delta, lands
+    # after an output's second token (where cumulative ids first differ from deltas) is timing
+    # (ABORT-4 seen in CI on a busy machine with the native engine, ~8 ms a step)
+    tolerated = frozenset({"ABORT-2[mid-stream]", "ABORT-4[*]"})
 
 
 class CompletionCountsPrompt(f.CompletionCountsPrompt, VllmProxy):
