@@ -18,6 +18,7 @@ from typing import Any
 import jinja2.sandbox
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from reference_server.cache_dir import cache_dir
 from reference_server.models.source import ModelSource
 
 GGUF_CONTROL_TOKEN_TYPE = 3
@@ -123,10 +124,6 @@ def load_tokenizer(source: ModelSource) -> TokenizerBundle:
 
 
 # ── GGUF ────────────────────────────────────────────────────────────────────────────────────
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LMRPC_CACHE_DIR", Path.home() / ".cache" / "lmrpc"))
 
 
 def _cache_key(path: Path) -> str:

@@ -16,6 +16,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from reference_server.cache_dir import cache_dir
+
 SOURCE = Path(__file__).with_name("forward.c")
 REQUIRED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512_bf16")
 COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-Wall")
@@ -36,11 +38,6 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lmrpc" / "native"
-
-
 def _compiler() -> str:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
@@ -51,7 +48,7 @@ def _compiler() -> str:
 def _build(compiler: str, flags: set[str]) -> Path:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + " ".join(COMPILE_FLAGS).encode() + " ".join(sorted(flags)).encode())
-    target = _cache_dir() / f"forward-{key.hexdigest()[:16]}.so"
+    target = cache_dir() / "native" / f"forward-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
