@@ -33,6 +33,12 @@ from reference_server.config import ServerConfig, TlsFiles
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.frontend.context import Engine, FrontendContext, Phase, capabilities_for
 from reference_server.frontend.control import ADMIN_METHODS, ControlService
+from reference_server.frontend.dialects.base.service import TokenizerZipSource
+from reference_server.frontend.dialects.sglang_scheduler.service import (
+    SGLANG_ADMIN_METHODS,
+    SglangSchedulerService,
+)
+from reference_server.frontend.dialects.vllm_engine.service import VLLM_ADMIN_METHODS, VllmEngineService
 from reference_server.frontend.edge.auth import Credentials, CredentialsError
 from reference_server.frontend.edge.decoding import StrictDecoder
 from reference_server.frontend.edge.guard import EdgeGuard, EdgePolicy
@@ -44,9 +50,6 @@ from reference_server.frontend.metrics.observe import ObservedRequestTable, coun
 from reference_server.frontend.metrics.stats import ServingStats
 from reference_server.frontend.reflection import reflection_services
 from reference_server.frontend.requests import FlowHooks, RequestTable
-from reference_server.frontend.sglang.service import SGLANG_ADMIN_METHODS, SglangSchedulerService
-from reference_server.frontend.smg.dialect import TokenizerZipSource
-from reference_server.frontend.vllm.service import VLLM_ADMIN_METHODS, VllmEngineService
 from reference_server.frontend.workers import WorkerSet
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import load_tokenizer

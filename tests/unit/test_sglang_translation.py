@@ -18,8 +18,8 @@ from lmrpc.v1 import (
     TokenLogprob,
     Usage,
 )
-from reference_server.frontend.sglang.requests import to_lmrpc
-from reference_server.frontend.sglang.responses import GenerateTranslator
+from reference_server.frontend.dialects.sglang_scheduler.requests import to_lmrpc
+from reference_server.frontend.dialects.sglang_scheduler.responses import GenerateTranslator
 
 
 def request(stream: bool = True, **sampling: object) -> sglang.GenerateRequest:

@@ -18,8 +18,8 @@ from lmrpc.v1 import (
     TokenLogprob,
     Usage,
 )
-from reference_server.frontend.vllm.requests import to_lmrpc
-from reference_server.frontend.vllm.responses import GenerateTranslator
+from reference_server.frontend.dialects.vllm_engine.requests import to_lmrpc
+from reference_server.frontend.dialects.vllm_engine.responses import GenerateTranslator
 
 
 def request(stream: bool = True, **sampling: object) -> vllm.GenerateRequest:

@@ -26,7 +26,7 @@ from grpclib import GRPCError, Status
 
 from lmrpc._gen.sglang.grpc import scheduler as sglang
 from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams, StoppingCriteria, TokenIds
-from reference_server.frontend.vllm.requests import unimplemented
+from reference_server.frontend.dialects.vllm_engine.requests import unimplemented
 
 TOP_K_DISABLED = -1
 

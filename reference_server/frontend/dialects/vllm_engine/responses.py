@@ -19,7 +19,12 @@ from grpclib import GRPCError, Status
 
 from lmrpc._gen.vllm.grpc import engine as vllm
 from lmrpc.v1 import GenerateResponse, OutputFinished, StopMatch, TokenLogprob
-from reference_server.frontend.smg.events import finish_reason, logprobs_message, matched_stop, status_of
+from reference_server.frontend.dialects.base.events import (
+    finish_reason,
+    logprobs_message,
+    matched_stop,
+    status_of,
+)
 
 
 @dataclass

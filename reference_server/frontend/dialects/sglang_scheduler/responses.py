@@ -24,7 +24,12 @@ from grpclib import GRPCError, Status
 
 from lmrpc._gen.sglang.grpc import scheduler as sglang
 from lmrpc.v1 import GenerateResponse, OutputFinished, TokenLogprob
-from reference_server.frontend.smg.events import finish_reason, logprobs_message, matched_stop, status_of
+from reference_server.frontend.dialects.base.events import (
+    finish_reason,
+    logprobs_message,
+    matched_stop,
+    status_of,
+)
 
 
 @dataclass

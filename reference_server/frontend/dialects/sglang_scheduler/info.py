@@ -18,8 +18,12 @@ from lmrpc._gen.google.protobuf import Struct
 from lmrpc._gen.sglang.grpc import scheduler as sglang
 from lmrpc.v1 import Load, ModelInfo
 from reference_server.frontend.context import SERVER_NAME
-from reference_server.frontend.smg.dialect import NO_TOKEN_ID, model_path_label, sampling_defaults_json
-from reference_server.frontend.smg.tokenizer_bundle import ARCHITECTURES
+from reference_server.frontend.dialects.base.service import (
+    NO_TOKEN_ID,
+    model_path_label,
+    sampling_defaults_json,
+)
+from reference_server.frontend.dialects.base.tokenizer_bundle import ARCHITECTURES
 from reference_server.ipc import EngineInfo
 from reference_server.models.source import ModelSource
 

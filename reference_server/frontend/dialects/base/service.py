@@ -33,10 +33,10 @@ from lmrpc.v1 import DetokenizeRequest, EmbedRequest, GetLoadRequest, GetModelIn
 from lmrpc.v1 import FlushCacheRequest as LmrpcFlushCacheRequest
 from reference_server.frontend.context import FrontendContext, Phase
 from reference_server.frontend.control import ControlService
+from reference_server.frontend.dialects.base.kv_stream import kv_events_handler
+from reference_server.frontend.dialects.base.tokenizer_bundle import TokenizerZip, build_tokenizer_zip
 from reference_server.frontend.inference import InferenceService
 from reference_server.frontend.kv_events import KvEventHub
-from reference_server.frontend.smg.kv_stream import kv_events_handler
-from reference_server.frontend.smg.tokenizer_bundle import TokenizerZip, build_tokenizer_zip
 from reference_server.ipc import EngineInfo
 from reference_server.models.source import ModelSource
 

@@ -17,11 +17,11 @@ from typing import cast
 
 from lmrpc._gen.sglang.grpc import scheduler as sglang
 from lmrpc.v1 import AbortRequest, AbortStatus, GenerateResponse, GetServerInfoRequest, RequestIds
-from reference_server.frontend.sglang import info
-from reference_server.frontend.sglang.requests import to_lmrpc
-from reference_server.frontend.sglang.responses import GenerateTranslator
-from reference_server.frontend.smg.dialect import DialectBase
-from reference_server.frontend.vllm.requests import unimplemented
+from reference_server.frontend.dialects.base.service import DialectBase
+from reference_server.frontend.dialects.sglang_scheduler import info
+from reference_server.frontend.dialects.sglang_scheduler.requests import to_lmrpc
+from reference_server.frontend.dialects.sglang_scheduler.responses import GenerateTranslator
+from reference_server.frontend.dialects.vllm_engine.requests import unimplemented
 
 SERVICE = "/sglang.grpc.scheduler.SglangScheduler/"
 SUBSCRIBE_KV_EVENTS = SERVICE + "SubscribeKvEvents"

@@ -22,10 +22,10 @@ from lmrpc.v1 import (
     GetServerInfoRequest,
     RequestIds,
 )
-from reference_server.frontend.smg.dialect import DialectBase
-from reference_server.frontend.vllm import info
-from reference_server.frontend.vllm.requests import to_lmrpc
-from reference_server.frontend.vllm.responses import GenerateTranslator
+from reference_server.frontend.dialects.base.service import DialectBase
+from reference_server.frontend.dialects.vllm_engine import info
+from reference_server.frontend.dialects.vllm_engine.requests import to_lmrpc
+from reference_server.frontend.dialects.vllm_engine.responses import GenerateTranslator
 
 SUBSCRIBE_KV_EVENTS = "/vllm.grpc.engine.VllmEngine/SubscribeKvEvents"
 #: The dialect's administrative RPCs: the admin role when authentication is on (AUTH-2).

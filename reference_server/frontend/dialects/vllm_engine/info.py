@@ -23,8 +23,12 @@ from lmrpc._gen.vllm.grpc import engine as vllm
 from lmrpc.v1 import Load, ModelInfo
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.frontend.context import SERVER_NAME
-from reference_server.frontend.smg.dialect import NO_TOKEN_ID, model_path_label, sampling_defaults_json
-from reference_server.frontend.smg.tokenizer_bundle import ARCHITECTURES
+from reference_server.frontend.dialects.base.service import (
+    NO_TOKEN_ID,
+    model_path_label,
+    sampling_defaults_json,
+)
+from reference_server.frontend.dialects.base.tokenizer_bundle import ARCHITECTURES
 from reference_server.ipc import EngineInfo
 from reference_server.models.source import ModelSource
 
