@@ -33,12 +33,10 @@ from reference_server.config import ServerConfig, TlsFiles
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.frontend.context import Engine, FrontendContext, Phase, capabilities_for
 from reference_server.frontend.control import ADMIN_METHODS, ControlService
-from reference_server.frontend.dialects.base.service import TokenizerZipSource
-from reference_server.frontend.dialects.sglang_scheduler.service import (
-    SGLANG_ADMIN_METHODS,
-    SglangSchedulerService,
-)
-from reference_server.frontend.dialects.vllm_engine.service import VLLM_ADMIN_METHODS, VllmEngineService
+from reference_server.frontend.dialects.base.dialect import Dialect
+from reference_server.frontend.dialects.base.service import Backend
+from reference_server.frontend.dialects.base.tokenizer_bundle import TokenizerZipSource
+from reference_server.frontend.dialects.table import DIALECTS
 from reference_server.frontend.edge.auth import Credentials, CredentialsError
 from reference_server.frontend.edge.decoding import StrictDecoder
 from reference_server.frontend.edge.guard import EdgeGuard, EdgePolicy
@@ -59,6 +57,16 @@ log = logging.getLogger("lmrpc.frontend")
 AFTER_ABORT_GRACE_S = 2.0
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 STABLE_AFTER_S = 60.0  # workers serving this long make the next failure count as the first
+
+
+@dataclasses.dataclass
+class DialectPort:
+    """A dialect served on a port of its own."""
+
+    dialect: Dialect
+    requested: int  # 0: a free one
+    server: Server
+    bound: int = 0  # the port, once listening
 
 
 class StartupError(RuntimeError):
@@ -86,54 +94,60 @@ class Frontend:
         self.ctx = FrontendContext(config, self.table, self.workers.link)
         inference, control = InferenceService(self.ctx), ControlService(self.ctx)
         self.control = control
-        services: list[Any] = [inference, control]
-        admin_methods = ADMIN_METHODS
-        tokenizer_zip = TokenizerZipSource(self.ctx)  # one bundle for every smg dialect
-        if config.vllm_dialect:  # smg's vLLM worker protocol, translated onto the two above
-            services.append(
-                VllmEngineService(
-                    self.ctx, inference, control, self.kv_events, self.source, tokenizer_zip, self.stats
-                )
-            )
-            admin_methods |= VLLM_ADMIN_METHODS
-        self.server = self._grpc_server(services)
+        backend = Backend(
+            self.ctx,
+            inference,
+            control,
+            self.kv_events,
+            self.source,
+            TokenizerZipSource(self.ctx),
+            self.stats,
+        )
+        dialects = [dialect for dialect in DIALECTS if dialect.enabled(config)]
+        on_lmrpc_port = [dialect for dialect in dialects if dialect.own_port(config) is None]
         policy = EdgePolicy(
             max_message_bytes=limits.max_message_bytes,
             stall_timeout_s=limits.stall_timeout_s,
             credentials=credentials,
-            admin_methods=admin_methods,
+            admin_methods=ADMIN_METHODS.union(*(dialect.admin_methods for dialect in on_lmrpc_port)),
         )
         descriptor_sets = [
             p.read_bytes() for p in sorted(descriptor_set_path().parent.glob("descriptor_set*.binpb"))
         ]
-        decoder = StrictDecoder(descriptor_sets)
-        EdgeGuard(policy, decoder).install(self.server)
-        # smg's SGLang worker protocol on a port of its own: smg probes SGLang's HealthCheck first,
-        # so a port answering both dialects would be taken for SGLang (detect_backend.rs).
-        self.sglang_server: Server | None = None
-        if config.sglang_port is not None:
-            sglang = SglangSchedulerService(
-                self.ctx, inference, control, self.kv_events, self.source, tokenizer_zip, self.stats
+        self.decoder = StrictDecoder(descriptor_sets)
+        lmrpc_services = [inference, control, *(dialect.service(backend) for dialect in on_lmrpc_port)]
+        self.server = self._grpc_server(lmrpc_services, policy)
+        # A dialect with a port of its own answers nothing else there (smg probes SGLang's
+        # HealthCheck first, so a port answering both SGLang and vLLM would be taken for SGLang).
+        self.dialect_ports = [
+            DialectPort(
+                dialect,
+                port,
+                self._grpc_server(
+                    [dialect.service(backend)],
+                    dataclasses.replace(policy, admin_methods=dialect.admin_methods),
+                ),
             )
-            self.sglang_server = self._grpc_server([sglang])
-            sglang_policy = dataclasses.replace(policy, admin_methods=SGLANG_ADMIN_METHODS)
-            EdgeGuard(sglang_policy, decoder).install(self.sglang_server)
-        for server in (self.server, self.sglang_server):
-            if server is not None and self.stats is not None:
-                count_rpcs(server, self.stats)
+            for dialect in dialects
+            if (port := dialect.own_port(config)) is not None
+        ]
         self.metrics: MetricsServer | None = None
         self.port = 0
-        self.sglang_port = 0
         self.exit_code = 0
         self._stop = asyncio.Event()
         self._restarts = 0
         self._serving_since = 0.0
         self._recovery: asyncio.Task[None] | None = None
 
-    def _grpc_server(self, services: list[Any]) -> Server:
-        """A server of ``services`` with grpc.health.v1 (the frontend's phase) and reflection."""
+    def _grpc_server(self, services: list[Any], policy: EdgePolicy) -> Server:
+        """A server of ``services`` with grpc.health.v1 (the frontend's phase) and reflection,
+        every call through the edge guard, and every RPC counted when metrics are on."""
         health = Health({service: [self.ctx.health] for service in services})
-        return Server([*services, health, *reflection_services([*services, health])])
+        server = Server([*services, health, *reflection_services([*services, health])])
+        EdgeGuard(policy, self.decoder).install(server)
+        if self.stats is not None:
+            count_rpcs(server, self.stats)
+        return server
 
     async def start(self) -> None:
         tls = _server_tls_context(self.config.tls) if self.config.tls else None
@@ -146,11 +160,11 @@ class Frontend:
             self.port,
             " with TLS" if tls else "",
         )
-        if self.sglang_server is not None and self.config.sglang_port is not None:
-            sglang_listener = _bind(self.config.host, self.config.sglang_port)
-            await self.sglang_server.start(sock=sglang_listener, ssl=tls)
-            self.sglang_port = sglang_listener.getsockname()[1]
-            log.info("sglang.grpc.scheduler.SglangScheduler on %s:%d", self.config.host, self.sglang_port)
+        for dialect_port in self.dialect_ports:
+            dialect_listener = _bind(self.config.host, dialect_port.requested)
+            await dialect_port.server.start(sock=dialect_listener, ssl=tls)
+            dialect_port.bound = dialect_listener.getsockname()[1]
+            log.info("%s on %s:%d", dialect_port.dialect.grpc_service, self.config.host, dialect_port.bound)
         if self.stats is not None and self.config.metrics_port is not None:
             collector = ServerCollector(self.stats, self.control, self.kv_events, asyncio.get_running_loop())
             try:
@@ -170,7 +184,7 @@ class Frontend:
         self.ctx.set_phase(Phase.SERVING)
         log.info("serving %s on %s:%d", info.model_id, self.config.host, self.port)
         if self.config.ready_file:
-            extra = f"sglang {self.sglang_port}\n" if self.sglang_server is not None else ""
+            extra = "".join(f"{d.dialect.name} {d.bound}\n" for d in self.dialect_ports)
             _write_atomically(Path(self.config.ready_file), f"{self.port}\n{extra}")
 
     def request_stop(self) -> None:
@@ -208,9 +222,10 @@ class Frontend:
         if self.port:
             self.server.close()
             await self.server.wait_closed()
-        if self.sglang_port and self.sglang_server is not None:
-            self.sglang_server.close()
-            await self.sglang_server.wait_closed()
+        for dialect_port in self.dialect_ports:
+            if dialect_port.bound:
+                dialect_port.server.close()
+                await dialect_port.server.wait_closed()
         await self.workers.stop()
 
     def _worker_set(self) -> WorkerSet:

@@ -14,6 +14,7 @@ The zip is deterministic (fixed timestamps, sorted names): the same model gives 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import json
@@ -22,6 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from grpclib import GRPCError, Status
+
+from reference_server.frontend.context import FrontendContext
 from reference_server.ipc import EngineInfo
 from reference_server.models.tokenizer import TokenizerBundle
 
@@ -40,6 +44,27 @@ class TokenizerZip:
         for start in range(0, len(self.data), CHUNK_BYTES):
             end = start + CHUNK_BYTES
             yield self.data[start:end], self.sha256 if end >= len(self.data) else ""
+
+
+class TokenizerZipSource:
+    """The tokenizer zip, built once (in a thread) by the first caller of any dialect; later
+    callers share it. A build that failed is tried again by the next caller."""
+
+    def __init__(self, ctx: FrontendContext) -> None:
+        self.ctx = ctx
+        self._zip: asyncio.Future[TokenizerZip] | None = None
+
+    async def get(self) -> TokenizerZip:
+        if self._zip is None:
+            engine = self.ctx.ready_engine()
+            self._zip = asyncio.ensure_future(
+                asyncio.to_thread(build_tokenizer_zip, engine.tokenizer, engine.info)
+            )
+        try:
+            return await asyncio.shield(self._zip)
+        except Exception as exc:
+            self._zip = None
+            raise GRPCError(Status.INTERNAL, f"cannot build the tokenizer bundle: {exc}") from exc
 
 
 def architecture_names(info: EngineInfo) -> list[str]:

@@ -21,12 +21,17 @@ is returned), ``stream_interval`` (the server merges deltas as it sees fit), ``t
 
 from __future__ import annotations
 
-import betterproto2
 from grpclib import GRPCError, Status
 
 from lmrpc._gen.sglang.grpc import scheduler as sglang
-from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams, StoppingCriteria, TokenIds
-from reference_server.frontend.dialects.vllm_engine.requests import unimplemented
+from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
+from reference_server.frontend.dialects.base.requests import (
+    check_one_data_parallel_rank,
+    refuse_constraint_and_logit_bias,
+    stopping,
+    token_ids_request,
+    unimplemented,
+)
 
 TOP_K_DISABLED = -1
 
@@ -43,20 +48,17 @@ def to_lmrpc(request: sglang.GenerateRequest) -> GenerateRequest:
     top_logprobs = request.top_logprobs_num if request.return_logprob else 0
     if top_logprobs < 0:
         raise GRPCError(Status.INVALID_ARGUMENT, f"top_logprobs_num={top_logprobs} must be >= 0")
-    return GenerateRequest(
-        request_id=request.request_id,
-        token_ids=TokenIds(ids=list(request.tokenized.input_ids)),
-        sampling=None if params is None else _sampling(params),
-        stopping=None if params is None else _stopping(params),
-        response=ResponseOptions(
-            return_text=False,  # the gateway detokenizes
-            return_token_ids=True,
-            return_logprobs=request.return_logprob,
-            top_logprobs=top_logprobs,
-            skip_special_tokens=None if params is None else params.skip_special_tokens,
-            final_only=not request.stream,
-        ),
+    lmrpc = token_ids_request(
+        request.request_id,
+        None if params is None else _sampling(params),
+        None if params is None else _stopping(params),
+        return_logprobs=request.return_logprob,
+        top_logprobs=top_logprobs,
+        skip_special_tokens=None if params is None else params.skip_special_tokens,
+        stream=request.stream,
     )
+    lmrpc.token_ids = TokenIds(ids=list(request.tokenized.input_ids))
+    return lmrpc
 
 
 def _sampling(p: sglang.SamplingParams) -> SamplingParams:
@@ -79,22 +81,14 @@ def _sampling(p: sglang.SamplingParams) -> SamplingParams:
 def _stopping(p: sglang.SamplingParams) -> StoppingCriteria:
     if p.max_new_tokens == 0:
         raise unimplemented("sampling_params.max_new_tokens=0", "no prefill-only requests")
-    return StoppingCriteria(
-        max_tokens=p.max_new_tokens,
-        min_tokens=p.min_new_tokens or None,
-        stop_strings=list(p.stop),
-        stop_token_ids=list(p.stop_token_ids),
-        ignore_eos=p.ignore_eos,
-        include_stop_in_output=p.no_stop_trim,
-    )
+    return stopping(
+        p.max_new_tokens, p.min_new_tokens, p.stop, p.stop_token_ids,
+        ignore_eos=p.ignore_eos, include_stop_in_output=p.no_stop_trim,
+    )  # fmt: skip
 
 
 def _refuse_unsupported_sampling(p: sglang.SamplingParams) -> None:
-    constraint, _ = betterproto2.which_one_of(p, "constraint")
-    if constraint:
-        raise unimplemented(f"sampling_params.{constraint}", "no structured-output constraints")
-    if p.logit_bias:
-        raise unimplemented("sampling_params.logit_bias", "no logit bias")
+    refuse_constraint_and_logit_bias(p)
     if p.custom_params is not None and p.custom_params.fields:
         raise unimplemented("sampling_params.custom_params", "no custom sampling parameters")
 
@@ -119,8 +113,4 @@ def _refuse_unsupported_request_fields(request: sglang.GenerateRequest) -> None:
         raise unimplemented("custom_logit_processor", "no custom logit processors")
     if request.lora_id:
         raise unimplemented(f"lora_id={request.lora_id!r}", "no LoRA adapters")
-    if request.data_parallel_rank not in (None, 0):
-        raise GRPCError(
-            Status.INVALID_ARGUMENT,
-            f"data_parallel_rank={request.data_parallel_rank}: this server has one data-parallel rank (0)",
-        )
+    check_one_data_parallel_rank("data_parallel_rank", request.data_parallel_rank)

@@ -18,31 +18,30 @@ import betterproto2
 from grpclib import GRPCError, Status
 
 from lmrpc._gen.vllm.grpc import engine as vllm
-from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams, StoppingCriteria, TokenIds
+from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
+from reference_server.frontend.dialects.base.requests import (
+    check_one_data_parallel_rank,
+    refuse_constraint_and_logit_bias,
+    stopping,
+    token_ids_request,
+    unimplemented,
+)
 
 UINT64 = 1 << 64
-
-
-def unimplemented(field: str, why: str) -> GRPCError:
-    return GRPCError(Status.UNIMPLEMENTED, f"{field} is not supported by this server: {why}")
 
 
 def to_lmrpc(request: vllm.GenerateRequest) -> GenerateRequest:
     _refuse_unsupported_request_fields(request)
     params = request.sampling_params or vllm.SamplingParams()
     _refuse_unsupported_sampling(params)
-    lmrpc = GenerateRequest(
-        request_id=request.request_id,
-        sampling=_sampling(params),
-        stopping=_stopping(params),
-        response=ResponseOptions(
-            return_text=False,  # the gateway detokenizes
-            return_token_ids=True,
-            return_logprobs=params.logprobs is not None,
-            top_logprobs=params.logprobs or 0,
-            skip_special_tokens=params.skip_special_tokens,
-            final_only=not request.stream,
-        ),
+    lmrpc = token_ids_request(
+        request.request_id,
+        _sampling(params),
+        _stopping(params),
+        return_logprobs=params.logprobs is not None,
+        top_logprobs=params.logprobs or 0,
+        skip_special_tokens=params.skip_special_tokens,
+        stream=request.stream,
     )
     kind, _ = betterproto2.which_one_of(request, "input")
     if kind == "tokenized":
@@ -70,22 +69,14 @@ def _sampling(p: vllm.SamplingParams) -> SamplingParams:
 
 
 def _stopping(p: vllm.SamplingParams) -> StoppingCriteria:
-    return StoppingCriteria(
-        max_tokens=p.max_tokens,
-        min_tokens=p.min_tokens or None,
-        stop_strings=list(p.stop),
-        stop_token_ids=list(p.stop_token_ids),
-        ignore_eos=p.ignore_eos,
-        include_stop_in_output=p.include_stop_str_in_output,
-    )
+    return stopping(
+        p.max_tokens, p.min_tokens, p.stop, p.stop_token_ids,
+        ignore_eos=p.ignore_eos, include_stop_in_output=p.include_stop_str_in_output,
+    )  # fmt: skip
 
 
 def _refuse_unsupported_sampling(p: vllm.SamplingParams) -> None:
-    constraint, _ = betterproto2.which_one_of(p, "constraint")
-    if constraint:
-        raise unimplemented(f"sampling_params.{constraint}", "no structured-output constraints")
-    if p.logit_bias:
-        raise unimplemented("sampling_params.logit_bias", "no logit bias")
+    refuse_constraint_and_logit_bias(p)
     if p.prompt_logprobs is not None:
         raise unimplemented("sampling_params.prompt_logprobs", "no prompt logprobs")
     if p.logprobs is not None and p.logprobs < 0:
@@ -101,8 +92,4 @@ def _refuse_unsupported_request_fields(request: vllm.GenerateRequest) -> None:
         raise unimplemented("kv_transfer_params", "no prefill/decode disaggregation")
     if request.mm_inputs is not None or request.extra_mm_inputs or request.media_refs is not None:
         raise unimplemented("multimodal input (mm_inputs, extra_mm_inputs, media_refs)", "a text-only model")
-    if request.data_parallel_rank not in (None, 0):
-        raise GRPCError(
-            Status.INVALID_ARGUMENT,
-            f"data_parallel_rank={request.data_parallel_rank}: this server has one data-parallel rank (0)",
-        )
+    check_one_data_parallel_rank("data_parallel_rank", request.data_parallel_rank)
