@@ -37,6 +37,7 @@ from reference_server import ipc
 from reference_server.frontend.context import FrontendContext, model_info_for
 from reference_server.frontend.edge.call import current_call
 from reference_server.frontend.engine_link import Reply, WorkerUnavailableError
+from reference_server.frontend.prompts import Prompt, encode_prompt
 from reference_server.frontend.requests import RequestState
 from reference_server.frontend.validation import invalid
 
@@ -117,31 +118,20 @@ class ControlService(ControlServiceBase):
     async def tokenize(self, message: TokenizeRequest) -> TokenizeResponse:
         engine = self.ctx.ready_engine()
         kind, _ = betterproto2.which_one_of(message, "input")
-        tokenizer = engine.tokenizer
-        parse = message.parse_special_tokens  # as Generate does (REQ-8, TOK-1)
+        prompt: Prompt
         if kind == "text":
-            ids = await asyncio.to_thread(
-                tokenizer.encode, message.text or "", parse_special_tokens=parse is not False
-            )
+            prompt = message.text or ""
         elif kind == "chat":
             if not engine.capabilities.chat_input:
                 raise GRPCError(Status.UNIMPLEMENTED, "chat input is not supported by this server")
             assert message.chat is not None
             if not message.chat.messages:
                 raise invalid("chat.messages must not be empty")
-            messages = [{"role": m.role, "content": m.content} for m in message.chat.messages]
-            add_prompt = message.chat.add_generation_prompt
-            try:
-                ids = await asyncio.to_thread(
-                    tokenizer.encode_chat,
-                    messages,
-                    add_generation_prompt=add_prompt is not False,
-                    parse_special_tokens=parse is True,
-                )
-            except Exception as exc:
-                raise invalid(f"chat: the model's chat template rejected the messages: {exc}") from None
+            prompt = message.chat
         else:
             raise invalid("input: exactly one of text or chat must be set")
+        # as Generate encodes it (REQ-8, TOK-1)
+        ids = await asyncio.to_thread(encode_prompt, engine.tokenizer, prompt, message.parse_special_tokens)
         return TokenizeResponse(token_ids=ids)
 
     async def detokenize(self, message: DetokenizeRequest) -> DetokenizeResponse:

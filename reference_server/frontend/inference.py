@@ -25,6 +25,7 @@ from reference_server import ipc
 from reference_server.frontend.context import Engine, FrontendContext
 from reference_server.frontend.edge.call import current_call
 from reference_server.frontend.engine_link import WorkerUnavailableError
+from reference_server.frontend.prompts import encode_prompt
 from reference_server.frontend.requests import DuplicateRequestError, RequestState
 from reference_server.frontend.streaming import StreamAssembler
 from reference_server.frontend.validation import (
@@ -184,20 +185,9 @@ def _encode_checked(request: ipc.SubmitRequest) -> bytes:
 
 
 def _tokenize(message: GenerateRequest, plan: GeneratePlan, engine: Engine) -> list[int]:
-    tokenizer = engine.tokenizer
-    parse = message.parse_special_tokens  # REQ-8: absent parses them in text, not in chat content
-    if plan.input_kind == "text":
-        return tokenizer.encode(message.text or "", parse_special_tokens=parse is not False)
     if plan.input_kind == "token_ids":
         assert message.token_ids is not None
         return list(message.token_ids.ids)
-    assert message.chat is not None
-    chat = message.chat
-    try:
-        return tokenizer.encode_chat(
-            [{"role": m.role, "content": m.content} for m in chat.messages],
-            add_generation_prompt=True if chat.add_generation_prompt is None else chat.add_generation_prompt,
-            parse_special_tokens=parse is True,
-        )
-    except Exception as exc:  # the template rejected the conversation
-        raise invalid(f"chat: the model's chat template rejected the messages: {exc}") from None
+    prompt = message.text or "" if plan.input_kind == "text" else message.chat
+    assert prompt is not None
+    return encode_prompt(engine.tokenizer, prompt, message.parse_special_tokens)
