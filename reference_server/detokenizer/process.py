@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import assert_never
 
 import msgspec
 import zmq
@@ -58,12 +59,15 @@ class DetokenizerLoop:
                 if rid is not None:
                     self._fail(rid, f"the detokenizer could not decode the request: {exc}")
                 continue
-            if isinstance(message, ipc.Shutdown):
-                return
-            if isinstance(message, ipc.RegisterRequest):
-                self._register(message)
-            else:
-                self._process(message.outputs)
+            match message:
+                case ipc.Shutdown():
+                    return
+                case ipc.RegisterRequest():
+                    self._register(message)
+                case ipc.StepOutputs():
+                    self._process(message.outputs)
+                case _:
+                    assert_never(message)
 
     def _register(self, message: ipc.RegisterRequest) -> None:
         try:

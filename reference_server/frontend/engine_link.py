@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable
+from typing import assert_never
 
 import msgspec
 import zmq
@@ -157,20 +158,23 @@ class EngineLink:
             await asyncio.sleep(0)
 
     def _handle(self, message: ipc.FRONTEND_INBOX) -> None:
-        if isinstance(message, ipc.OutputBatch):
-            self._table.dispatch(message.events)
-        elif isinstance(message, ipc.Ready):
-            self._ready[message.process] = message
-            self._ready_event.set()
-        elif isinstance(message, ipc.KvEvents):
-            self.on_kv_events(message)
-        elif isinstance(message, ipc.WorkerFailed):
-            log.error("%s failed: %s", message.process, message.message)
-            self.fail(f"{message.process} failed: {message.message}")
-        elif isinstance(message, ipc.RequestFailed):
-            log.error("request %s failed in the %s: %s", message.rid, message.process, message.message)
-            self._table.fail_rid(message.rid, Status.INTERNAL.value, message.message)
-        else:
-            future = self._queries.pop(message.query_id, None)
-            if future is not None and not future.done():
-                future.set_result(message)
+        match message:
+            case ipc.OutputBatch():
+                self._table.dispatch(message.events)
+            case ipc.Ready():
+                self._ready[message.process] = message
+                self._ready_event.set()
+            case ipc.KvEvents():
+                self.on_kv_events(message)
+            case ipc.WorkerFailed():
+                log.error("%s failed: %s", message.process, message.message)
+                self.fail(f"{message.process} failed: {message.message}")
+            case ipc.RequestFailed():
+                log.error("request %s failed in the %s: %s", message.rid, message.process, message.message)
+                self._table.fail_rid(message.rid, Status.INTERNAL.value, message.message)
+            case ipc.LoadReply() | ipc.FlushReply() | ipc.PausedReply() | ipc.EmbedReply():
+                future = self._queries.pop(message.query_id, None)
+                if future is not None and not future.done():
+                    future.set_result(message)
+            case _:
+                assert_never(message)

@@ -23,6 +23,7 @@ import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from reference_server import ipc
 
@@ -169,13 +170,16 @@ class KvEventHub:
         return chunks
 
     def _apply(self, event: ipc.KvCacheEvent) -> None:
-        if isinstance(event, ipc.KvBlocksStored):
-            parent = event.parent_block_hash
-            for block in event.blocks:
-                self._live[block.block_hash] = (parent, block.token_ids)
-                parent = block.block_hash
-        elif isinstance(event, ipc.KvBlocksRemoved):
-            for h in event.block_hashes:
-                self._live.pop(h, None)
-        else:
-            self._live.clear()
+        match event:
+            case ipc.KvBlocksStored():
+                parent = event.parent_block_hash
+                for block in event.blocks:
+                    self._live[block.block_hash] = (parent, block.token_ids)
+                    parent = block.block_hash
+            case ipc.KvBlocksRemoved():
+                for h in event.block_hashes:
+                    self._live.pop(h, None)
+            case ipc.KvCacheCleared():
+                self._live.clear()
+            case _:
+                assert_never(event)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import assert_never
 
 import msgspec
 import zmq
@@ -80,26 +81,29 @@ class SchedulerLoop:
 
     def _handle(self, message: ipc.SCHEDULER_INBOX) -> None:
         engine = self.engine
-        if isinstance(message, ipc.SubmitRequest):
-            self._submit(message)
-        elif isinstance(message, ipc.GrantTokens):
-            engine.grant_tokens(message.rid, message.credit)
-        elif isinstance(message, ipc.AbortRequests):
-            self._send_outputs([out for rid in message.rids for out in engine.abort_request(rid)])
-        elif isinstance(message, ipc.FinishOutput):
-            engine.finish_output(message.rid, message.output_index)
-        elif isinstance(message, ipc.QueryLoad):
-            self._reply(ipc.LoadReply(message.query_id, engine.load(paused=self.paused)))
-        elif isinstance(message, ipc.FlushCache):
-            self._reply(ipc.FlushReply(message.query_id, engine.flush_cache()))
-        elif isinstance(message, ipc.SetPaused):
-            self.paused = message.paused
-            self._reply(ipc.PausedReply(message.query_id, self.paused))
-        elif isinstance(message, ipc.EmbedTexts):
-            self._reply(self._embed(message))
-        elif isinstance(message, ipc.Shutdown):
-            self.to_detokenizer.send(ipc.encode(message))
-            self.running = False
+        match message:
+            case ipc.SubmitRequest():
+                self._submit(message)
+            case ipc.GrantTokens():
+                engine.grant_tokens(message.rid, message.credit)
+            case ipc.AbortRequests():
+                self._send_outputs([out for rid in message.rids for out in engine.abort_request(rid)])
+            case ipc.FinishOutput():
+                engine.finish_output(message.rid, message.output_index)
+            case ipc.QueryLoad():
+                self._reply(ipc.LoadReply(message.query_id, engine.load(paused=self.paused)))
+            case ipc.FlushCache():
+                self._reply(ipc.FlushReply(message.query_id, engine.flush_cache()))
+            case ipc.SetPaused():
+                self.paused = message.paused
+                self._reply(ipc.PausedReply(message.query_id, self.paused))
+            case ipc.EmbedTexts():
+                self._reply(self._embed(message))
+            case ipc.Shutdown():
+                self.to_detokenizer.send(ipc.encode(message))
+                self.running = False
+            case _:
+                assert_never(message)
 
     def _submit(self, request: ipc.SubmitRequest) -> None:
         # The engine takes the request before the detokenizer hears of it, so a request the

@@ -9,7 +9,7 @@ as connected, and an idle server may have nothing to send for a long time).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, assert_never
 
 from grpclib import GRPCError, Status
 from grpclib.server import Stream
@@ -51,27 +51,28 @@ def kv_event_batch(batch: KvBatch) -> KvEventBatch:
 
 def _event(record: KvEventRecord, block_size: int) -> KvCacheEvent:
     event = record.event
-    if isinstance(event, ipc.KvBlocksStored):
-        return KvCacheEvent(
-            event_id=record.event_id,
-            stored=KvBlocksStored(
-                blocks=[
-                    KvBlock(block_hash=b.block_hash, token_ids=b.token_ids, block_size=block_size)
-                    for b in event.blocks
-                ],
+    match event:
+        case ipc.KvBlocksStored():
+            blocks = [
+                KvBlock(block_hash=b.block_hash, token_ids=b.token_ids, block_size=block_size)
+                for b in event.blocks
+            ]
+            stored = KvBlocksStored(
+                blocks=blocks,
                 parent_block_hash=event.parent_block_hash,
                 tier=KvCacheTier.DEVICE,
                 locality=KvCacheLocality.LOCAL,
-            ),
-        )
-    if isinstance(event, ipc.KvBlocksRemoved):
-        return KvCacheEvent(
-            event_id=record.event_id,
-            removed=KvBlocksRemoved(
+            )
+            return KvCacheEvent(event_id=record.event_id, stored=stored)
+        case ipc.KvBlocksRemoved():
+            removed = KvBlocksRemoved(
                 block_hashes=event.block_hashes, tier=KvCacheTier.DEVICE, locality=KvCacheLocality.LOCAL
-            ),
-        )
-    return KvCacheEvent(event_id=record.event_id, cleared=KvCacheCleared())
+            )
+            return KvCacheEvent(event_id=record.event_id, removed=removed)
+        case ipc.KvCacheCleared():
+            return KvCacheEvent(event_id=record.event_id, cleared=KvCacheCleared())
+        case _:
+            assert_never(event)
 
 
 async def serve_kv_events(hub: KvEventHub, stream: Stream[SubscribeKvEventsRequest, KvEventBatch]) -> None:
