@@ -345,12 +345,28 @@ def encode(message: msgspec.Struct) -> bytes:
 
 def rid_of(frame: bytes) -> str | None:
     """The ``rid`` of a frame that its receiver's typed decoder refused, if one can be read."""
+    rids = rids_of(frame)
+    return rids[0] if rids else None
+
+
+def rids_of(frame: bytes) -> list[str]:
+    """The requests a frame that its receiver's typed decoder refused names, as far as they can be
+    read: its ``rid``, or, for an OutputBatch, the ``rid`` of each of its events."""
     try:
         value = msgspec.msgpack.decode(frame)
     except msgspec.DecodeError:
-        return None
-    rid = value.get("rid") if isinstance(value, dict) else None
-    return rid if isinstance(rid, str) else None
+        return []
+    if not isinstance(value, dict):
+        return []
+    rid = value.get("rid")
+    if isinstance(rid, str):
+        return [rid]
+    events = value.get("events")
+    batch = OutputBatch.__struct_config__
+    if batch.tag_field is None or value.get(batch.tag_field) != batch.tag or not isinstance(events, list):
+        return []
+    named = (event[0] for event in events if isinstance(event, list) and event)  # OutputEvent is array-like
+    return list(dict.fromkeys(rid for rid in named if isinstance(rid, str)))
 
 
 scheduler_decoder = msgspec.msgpack.Decoder(SCHEDULER_INBOX)

@@ -149,13 +149,28 @@ class EngineLink:
             for frame in frames:
                 try:
                     message = ipc.frontend_decoder.decode(frame)
-                except msgspec.DecodeError:
-                    log.exception("undecodable message from a worker")
+                except msgspec.DecodeError as exc:
+                    self._fail_undecodable(frame, exc)
                     continue
                 self._handle(message)
             # recv() does not suspend while frames are queued: let the streams run in between.
             # Under load each stream then sends what piled up as one delta (STREAM-9).
             await asyncio.sleep(0)
+
+    def _fail_undecodable(self, frame: bytes, error: msgspec.DecodeError) -> None:
+        """A worker's frame the frontend cannot read fails the requests it names at once (their
+        streams would otherwise wait out the stall timeout for events that never come), and the
+        engine drops them; a frame that names none is only logged. Called while handling ``error``."""
+        rids = ipc.rids_of(frame)
+        if not rids:
+            log.exception("undecodable message from a worker")
+            return
+        log.error("undecodable message from a worker for request(s) %s: %s", ", ".join(rids), error)
+        message = f"the frontend could not decode a worker's message for the request: {error}"
+        for rid in rids:
+            self._table.fail_rid(rid, Status.INTERNAL.value, message)
+        with contextlib.suppress(WorkerUnavailableError):  # nothing is left to drop then
+            self.abort(rids)
 
     def _handle(self, message: ipc.FRONTEND_INBOX) -> None:
         match message:

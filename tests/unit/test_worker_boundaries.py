@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 import zmq
+from grpclib import Status
 
 from reference_server import ipc
 from reference_server.config import IpcAddresses
@@ -17,7 +18,7 @@ from reference_server.detokenizer.incremental import DecodeTable
 from reference_server.detokenizer.process import DetokenizerLoop
 from reference_server.engine.fake import FakeEngine, FakeEngineConfig
 from reference_server.frontend.engine_link import EngineLink, WorkerUnavailableError
-from reference_server.frontend.requests import FlowHooks, RequestTable
+from reference_server.frontend.requests import FlowHooks, RequestState, RequestTable
 from reference_server.models.tokenizer import TokenizerBundle
 from reference_server.scheduler.process import SchedulerLoop
 
@@ -77,6 +78,57 @@ def test_the_link_refuses_to_send_after_a_failure_and_queries_time_out(addresses
             link.close()
 
     asyncio.run(main())
+
+
+def test_an_undecodable_worker_frame_fails_the_requests_it_names_at_once(addresses: IpcAddresses) -> None:
+    """Not after the stall timeout: the frontend cannot read the frame, so the stream it names would
+    otherwise wait for events that never come; the engine is told to drop the request too."""
+
+    async def main() -> tuple[RequestState, bytes]:
+        requests = table()
+        link = EngineLink(addresses, requests)
+        state = requests.register("owner", "req-1", 1)
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        scheduler = context.socket(zmq.PULL)
+        scheduler.bind(addresses.scheduler)
+        worker = context.socket(zmq.PUSH)
+        worker.connect(addresses.frontend)
+        link.start()
+        try:
+            bad_event = [state.rid, 0, "not a list", "", None, None, 1, None]
+            worker.send(msgspec.msgpack.encode({"type": "output_batch", "events": [bad_event]}))
+            await asyncio.wait_for(state.next_events(), 5)
+            assert scheduler.poll(5000), "the engine was not told to drop the request"
+            return state, scheduler.recv()
+        finally:
+            link.close()
+            context.destroy(linger=0)
+
+    state, sent = asyncio.run(main())
+    assert state.failure is not None and state.failure[0] == Status.INTERNAL.value
+    assert "could not decode" in state.failure[1]
+    assert ipc.scheduler_decoder.decode(sent) == ipc.AbortRequests([state.rid])
+
+
+def test_an_undecodable_worker_frame_naming_no_request_is_only_logged(addresses: IpcAddresses) -> None:
+    async def main() -> tuple[int, str] | None:
+        requests = table()
+        link = EngineLink(addresses, requests)
+        state = requests.register("owner", "req-1", 1)
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        worker = context.socket(zmq.PUSH)
+        worker.connect(addresses.frontend)
+        link.start()
+        try:
+            worker.send(b"\xc1 not msgpack")
+            worker.send(ipc.encode(ipc.RequestFailed(state.rid, "detokenizer", "a readable failure")))
+            await asyncio.wait_for(state.next_events(), 5)  # the link is still reading
+            return state.failure
+        finally:
+            link.close()
+            context.destroy(linger=0)
+
+    assert asyncio.run(main()) == (Status.INTERNAL.value, "a readable failure")
 
 
 class _Sockets:
