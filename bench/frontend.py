@@ -28,9 +28,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-import grpclib.server
 from grpclib.server import Server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -48,19 +46,13 @@ from lmrpc.v1 import (
     TokenDelta,
     Usage,
 )
+from reference_server.frontend.grpc_hooks import StreamingDiscipline
 from reference_server.testing import ServerProcess
 
 
-class BareInference(InferenceServiceBase):
-    """The ceiling: no validation, no tokenizer, no processes; one token per message."""
-
-    async def _call_rpc_handler_server_stream(
-        self, handler: Any, stream: grpclib.server.Stream[Any, Any], request: Any
-    ) -> None:
-        async with contextlib.aclosing(handler(request)) as responses:
-            async for response in responses:
-                await stream.send_message(response)
-                await asyncio.sleep(0)
+class BareInference(StreamingDiscipline, InferenceServiceBase):
+    """The ceiling: no validation, no tokenizer, no processes; one token per message (streamed
+    as the server streams)."""
 
     async def generate(self, message: GenerateRequest) -> AsyncIterator[GenerateResponse]:
         rid = message.request_id

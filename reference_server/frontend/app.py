@@ -31,6 +31,7 @@ from lmrpc import descriptor_set_path
 from reference_server import ipc
 from reference_server.config import ServerConfig, TlsFiles
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
+from reference_server.frontend import grpc_hooks
 from reference_server.frontend.context import Engine, FrontendContext, Phase, capabilities_for
 from reference_server.frontend.control import ADMIN_METHODS, ControlService
 from reference_server.frontend.dialects.base.dialect import Dialect
@@ -44,7 +45,7 @@ from reference_server.frontend.engine_link import WorkerUnavailableError
 from reference_server.frontend.inference import InferenceService
 from reference_server.frontend.kv_events import KvEventHub
 from reference_server.frontend.metrics.exporter import MetricsServer, ServerCollector
-from reference_server.frontend.metrics.observe import ObservedRequestTable, count_rpcs
+from reference_server.frontend.metrics.observe import ObservedRequestTable
 from reference_server.frontend.metrics.stats import ServingStats
 from reference_server.frontend.reflection import reflection_services
 from reference_server.frontend.requests import FlowHooks, RequestTable
@@ -144,9 +145,7 @@ class Frontend:
         every call through the edge guard, and every RPC counted when metrics are on."""
         health = Health({service: [self.ctx.health] for service in services})
         server = Server([*services, health, *reflection_services([*services, health])])
-        EdgeGuard(policy, self.decoder).install(server)
-        if self.stats is not None:
-            count_rpcs(server, self.stats)
+        grpc_hooks.install(server, services, EdgeGuard(policy, self.decoder), self.stats)
         return server
 
     async def start(self) -> None:

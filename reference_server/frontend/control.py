@@ -37,6 +37,7 @@ from reference_server import ipc
 from reference_server.frontend.context import FrontendContext, model_info_for
 from reference_server.frontend.edge.call import current_call
 from reference_server.frontend.engine_link import Reply, WorkerUnavailableError
+from reference_server.frontend.grpc_hooks import StreamingDiscipline
 from reference_server.frontend.prompts import Prompt, encode_prompt
 from reference_server.frontend.requests import RequestState
 from reference_server.frontend.validation import invalid
@@ -48,7 +49,7 @@ ADMIN_METHODS = frozenset(
 )
 
 
-class ControlService(ControlServiceBase):
+class ControlService(StreamingDiscipline, ControlServiceBase):
     def __init__(self, context: FrontendContext) -> None:
         self.ctx = context
 

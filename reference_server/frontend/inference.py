@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
-import grpclib.server
 import msgspec
 from grpclib import GRPCError, Status
 
@@ -25,6 +22,7 @@ from reference_server import ipc
 from reference_server.frontend.context import Engine, FrontendContext
 from reference_server.frontend.edge.call import current_call
 from reference_server.frontend.engine_link import WorkerUnavailableError
+from reference_server.frontend.grpc_hooks import StreamingDiscipline
 from reference_server.frontend.prompts import encode_prompt
 from reference_server.frontend.requests import DuplicateRequestError, RequestState
 from reference_server.frontend.streaming import StreamAssembler
@@ -38,20 +36,9 @@ from reference_server.frontend.validation import (
 )
 
 
-class InferenceService(InferenceServiceBase):
+class InferenceService(StreamingDiscipline, InferenceServiceBase):
     def __init__(self, context: FrontendContext) -> None:
         self.ctx = context
-
-    async def _call_rpc_handler_server_stream(
-        self, handler: Callable[..., Any], stream: grpclib.server.Stream[Any, Any], request: Any
-    ) -> None:
-        # Close the handler's generator as soon as the call is cancelled (its finally-block aborts
-        # the engine request), and yield to the loop after every message so one fast stream
-        # cannot starve other calls, health checks and cancellations.
-        async with contextlib.aclosing(handler(request)) as responses:
-            async for response in responses:
-                await stream.send_message(response)
-                await asyncio.sleep(0)
 
     async def generate(self, message: GenerateRequest) -> AsyncIterator[GenerateResponse]:
         engine = self.ctx.serving_engine()

@@ -6,9 +6,8 @@ the size limit, decode it strictly (off the event loop when it is large), and ha
 stream whose ``send_message`` notices a client that stopped reading (FLOW-2). A request that
 has not arrived whole within the stall timeout ends the call.
 
-grpclib offers no public hook that sees every call before its handler, so the guard replaces the
-server's private handler mapping (grpclib is pinned below 0.5; tests/unit/test_edge.py checks the
-hook still works).
+The guard wraps handlers (``guarded``); ``frontend/grpc_hooks.py`` puts the wrapped handlers in
+the server's private handler mapping, in order with the other hooks, and answers unknown paths.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from grpclib import GRPCError, Status
-from grpclib.const import Cardinality, Handler
-from grpclib.server import Server, Stream
+from grpclib.const import Handler
+from grpclib.server import Stream
 
 from reference_server.frontend.edge.auth import ANONYMOUS, Credentials, Principal
 from reference_server.frontend.edge.call import Call, enter_call
@@ -54,12 +53,11 @@ class EdgeGuard:
         self.policy = policy
         self.decoder = decoder
 
-    def install(self, server: Server) -> None:
-        """Route every call of ``server`` through the guard. Call once, after constructing it."""
-        mapping: Mapping[str, Handler] = server._mapping
-        for handler in mapping.values():
+    def guarded(self, handlers: Mapping[str, Handler]) -> dict[str, Handler]:
+        """Every handler, each call through the guard first."""
+        for handler in handlers.values():
             self.decoder.spec(handler.request_type)  # fail at start-up, not on the first call
-        server._mapping = _GuardedMapping({path: self._guard(path, h) for path, h in mapping.items()})
+        return {path: self._guard(path, h) for path, h in handlers.items()}
 
     def _guard(self, path: str, handler: Handler) -> Handler:
         async def serve(stream: Stream[Any, Any]) -> None:
@@ -198,17 +196,3 @@ class _GuardedStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
-
-
-async def _unimplemented(stream: Stream[Any, Any]) -> None:
-    raise GRPCError(Status.UNIMPLEMENTED, "Method not found")
-
-
-class _GuardedMapping(dict[str, Handler]):
-    """grpclib answers an unknown path with a trailers-only response that lacks ``content-type``,
-    which clients read as UNKNOWN; answering from a handler gives a well-formed UNIMPLEMENTED."""
-
-    _unknown = Handler(_unimplemented, Cardinality.UNARY_UNARY, bytes, bytes)
-
-    def get(self, key: str, default: Any = None) -> Handler:
-        return super().get(key) or self._unknown

@@ -5,13 +5,13 @@ nothing; the subclasses add observation and change no behaviour.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from grpclib import GRPCError
 from grpclib.const import Handler
 from grpclib.exceptions import StreamTerminatedError
-from grpclib.server import Server, Stream
+from grpclib.server import Stream
 
 from reference_server.frontend.metrics.stats import ServingStats
 from reference_server.frontend.requests import FlowHooks, RequestState, RequestTable
@@ -59,17 +59,18 @@ def protocol_and_rpc(path: str) -> tuple[str, str]:
     return PROTOCOLS.get(package, package or "unknown"), rpc
 
 
-def count_rpcs(server: Server, stats: ServingStats) -> None:
-    """Count every served RPC by protocol, method and final status (uses grpclib's private
-    ``_mapping``, like ``unknown_methods``)."""
-    for path, handler in list(server._mapping.items()):
+def counted_handlers(handlers: Mapping[str, Handler], stats: ServingStats) -> dict[str, Handler]:
+    """Every handler, each counting its RPC by protocol, method and final status."""
+    counted = {}
+    for path, handler in handlers.items():
         protocol, rpc = protocol_and_rpc(path)
-        server._mapping[path] = Handler(
+        counted[path] = Handler(
             _counted(handler.func, stats, protocol, rpc),
             handler.cardinality,
             handler.request_type,
             handler.reply_type,
         )
+    return counted
 
 
 def _counted(

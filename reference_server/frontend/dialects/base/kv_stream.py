@@ -9,7 +9,7 @@ as connected, and an idle server may have nothing to send for a long time).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, assert_never
+from typing import assert_never
 
 from grpclib import GRPCError, Status
 from grpclib.server import Stream
@@ -27,6 +27,7 @@ from lmrpc._gen.smg.grpc.common import (
     SubscribeKvEventsRequest,
 )
 from reference_server import ipc
+from reference_server.frontend.grpc_hooks import RawHandler
 from reference_server.frontend.kv_events import (
     KvBatch,
     KvEventHub,
@@ -95,7 +96,7 @@ async def serve_kv_events(hub: KvEventHub, stream: Stream[SubscribeKvEventsReque
         hub.unsubscribe(subscription)
 
 
-def kv_events_handler(hub: KvEventHub) -> Any:
+def kv_events_handler(hub: KvEventHub) -> RawHandler:
     async def handle(stream: Stream[SubscribeKvEventsRequest, KvEventBatch]) -> None:
         await serve_kv_events(hub, stream)
 

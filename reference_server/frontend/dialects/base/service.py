@@ -4,8 +4,8 @@ A dialect is a thin translation layer, not a second server. Each RPC becomes the
 request and is answered by the in-process lmrpc services, so one engine, one request table and
 one set of limits and checks serve every protocol. ``DialectBase`` holds what does not depend on
 the dialect's message types: Generate (translate the request, stream lmrpc's events through the
-dialect's translator), the streaming discipline, the health answer, and the lmrpc facts that
-discovery, load, abort and embedding translate.
+dialect's translator, with lmrpc's streaming discipline), the health answer, and the lmrpc facts
+that discovery, load, abort and embedding translate.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from __future__ import annotations
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Generic, Protocol, TypeVar, cast
 
-import grpclib.server
 from grpclib import GRPCError, Status
 
 from lmrpc.v1 import (
@@ -40,6 +39,7 @@ from reference_server.frontend.dialects.base.info import ModelInfoFields, RatedL
 from reference_server.frontend.dialects.base.requests import check_one_data_parallel_rank
 from reference_server.frontend.dialects.base.tokenizer_bundle import TokenizerZipSource
 from reference_server.frontend.dialects.base.translator import GenerateTranslator
+from reference_server.frontend.grpc_hooks import StreamingDiscipline
 from reference_server.frontend.inference import InferenceService
 from reference_server.frontend.kv_events import KvEventHub
 from reference_server.ipc import EngineInfo
@@ -88,7 +88,7 @@ class ServerFacts:
     last_receive_timestamp: float  # when the last Generate arrived (0: none yet)
 
 
-class DialectBase(ABC, Generic[DialectRequest, DialectResponse]):
+class DialectBase(StreamingDiscipline, ABC, Generic[DialectRequest, DialectResponse]):
     """Mixed in before the generated service base:
     ``class X(DialectBase[xyz.GenerateRequest, xyz.GenerateResponse], xyz.XyzBase)``."""
 
@@ -123,14 +123,6 @@ class DialectBase(ABC, Generic[DialectRequest, DialectResponse]):
             async for event in events:
                 for response in translator.translate(event):
                     yield response
-
-    async def _call_rpc_handler_server_stream(
-        self, handler: Callable[..., Any], stream: grpclib.server.Stream[Any, Any], request: Any
-    ) -> None:
-        # The same streaming discipline as lmrpc's own Generate (generator closed on cancel,
-        # the loop yielded to between messages), whatever it grows into.
-        call = cast(Any, InferenceService._call_rpc_handler_server_stream)
-        await call(self, handler, stream, request)
 
     async def abort_request_ids(self, request_ids: list[str]) -> bool:
         """Abort these requests as lmrpc.v1's Abort does; True if any was in flight."""

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar, cast
+from typing import ClassVar
 
-import grpclib.const
 from grpclib import GRPCError, Status
 
 from lmrpc._gen.smg.grpc.common import (
@@ -26,22 +25,16 @@ from lmrpc._gen.smg.grpc.common import (
 from lmrpc.v1 import FlushCacheRequest as LmrpcFlushCacheRequest
 from reference_server.frontend.dialects.base.kv_stream import kv_events_handler
 from reference_server.frontend.dialects.base.service import DialectBase, DialectRequest, DialectResponse
+from reference_server.frontend.grpc_hooks import RawHandler
 
 
 class SmgEngineDialect(DialectBase[DialectRequest, DialectResponse]):
     #: the protocol's SubscribeKvEvents path, served from the radix cache's event hub
     kv_events_path: ClassVar[str]
 
-    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
-        mapping: dict[str, grpclib.const.Handler] = cast(Any, super()).__mapping__()
-        subscribe = mapping[self.kv_events_path]
-        mapping[self.kv_events_path] = grpclib.const.Handler(
-            kv_events_handler(self.kv_events),
-            subscribe.cardinality,
-            subscribe.request_type,
-            subscribe.reply_type,
-        )
-        return mapping
+    def raw_handlers(self) -> dict[str, RawHandler]:
+        """SubscribeKvEvents is served raw (``kv_stream.py`` says why); ``grpc_hooks`` installs it."""
+        return {self.kv_events_path: kv_events_handler(self.kv_events)}
 
     async def get_tokenizer(self, message: GetTokenizerRequest) -> AsyncIterator[GetTokenizerChunk]:
         bundle = await self.tokenizer_zip.get()
