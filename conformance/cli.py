@@ -1,10 +1,12 @@
 """``conformance``: run the lmrpc.v1 conformance cases against a server that is already running,
-over lmrpc.v1 or one of smg's engine protocols.
+over lmrpc.v1, one of smg's engine protocols, or the OpenAI-compatible HTTP API.
 
     conformance run --target 127.0.0.1:50051 --level must --junit out/junit.xml --json out/report.json
     conformance run --target 127.0.0.1:30000 --protocol sglang-scheduler --assume deterministic_greedy
+    conformance run --target http://127.0.0.1:8080 --wait 120 --report reports/llama.cpp.json
     conformance list [--level must] [--run 'ABORT-*'] [--protocol vllm-engine]
     conformance replay out/report.json [CASE_ID ...] [--target host:port]
+    conformance report reports/ --out docs/implementations.md
 
 Exit codes: 0 pass, 1 conformance failure, 2 usage error, 3 target unreachable or harness /
 infrastructure error, 4 stale baseline (and nothing else wrong).
@@ -18,8 +20,8 @@ import sys
 from collections.abc import Sequence
 
 from conformance import HARNESS_VERSION
-from conformance.drivers.base import PROTOCOLS
 from conformance.report.model import EXIT_USAGE
+from conformance.spec.protocols import PROTOCOLS
 
 
 def _positive_float(text: str) -> float:
@@ -65,13 +67,39 @@ def _protocol(parser: argparse.ArgumentParser, *, default: str) -> None:
         choices=("auto", *PROTOCOLS),
         default=default,
         help="the wire protocol: lmrpc (lmrpc.v1), vllm-engine or sglang-scheduler (smg's engine "
-        "protocols); auto detects it: lmrpc.v1 first, then smg's probe order (SGLang, vLLM)",
+        "protocols), openai (the OpenAI-compatible HTTP API, on a URL target); auto: openai for a URL, "
+        "else lmrpc.v1 first, then smg's probe order (SGLang, vLLM)",
     )
 
 
 def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    parser.add_argument("--target", required=required, metavar="HOST:PORT", help="the server under test")
+    parser.add_argument(
+        "--target",
+        required=required,
+        metavar="HOST:PORT|URL",
+        help="the server under test: host:port (gRPC) or http(s)://host:port[/prefix] (OpenAI API; "
+        "the prefix defaults to /v1)",
+    )
     _protocol(parser, default="auto")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="first wait up to SECONDS for the target to be ready (health SERVING; an OpenAI server "
+        "listing its models), instead of failing at once on a server that is still starting",
+    )
+    openai = parser.add_argument_group("OpenAI-compatible HTTP (--protocol openai)")
+    openai.add_argument("--model", metavar="ID", help="the model to use (default: the first of /v1/models)")
+    openai.add_argument("--api-key", metavar="KEY", help="sent as Authorization: Bearer KEY (AUTH-1)")
+    openai.add_argument(
+        "--parallel",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="requests the server runs at once, when it does not say (llama.cpp's /props does); "
+        "sizes the disconnect and flow cases (default 4)",
+    )
     parser.add_argument(
         "--assume",
         action="append",
@@ -158,6 +186,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
     run.add_argument("--json", metavar="FILE", help="write the JSON report (schema lmrpc-conformance/1) here")
     run.add_argument(
+        "--report",
+        metavar="FILE",
+        help="write the implementation report here (who the server says it is, every verdict, the "
+        "baseline applied), for `conformance report DIR`",
+    )
+    run.add_argument(
+        "--implementation",
+        metavar="NAME",
+        help="the implementation's name in the report, where the server does not say (smg, for one)",
+    )
+    run.add_argument("--implementation-version", metavar="VERSION", help="its version, likewise")
+    run.add_argument(
         "--repro-dir",
         metavar="DIR",
         default="conformance-repro",
@@ -179,6 +219,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--coverage",
         action="store_true",
         help="which cases send each input class and observe each MUST sentence; exit 1 on a gap",
+    )
+
+    matrix = commands.add_parser(
+        "report", help="render the implementations x clauses matrix from a folder of implementation reports"
+    )
+    matrix.add_argument(
+        "folder", metavar="DIR", help="a folder of reports written by `conformance run --report`"
+    )
+    matrix.add_argument(
+        "--out", metavar="FILE", default="-", help="write the markdown here (default: standard output)"
     )
 
     replay = commands.add_parser("replay", help="re-run the failed cases of a JSON report")
@@ -203,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return app.list_cases(args)
         if args.command == "replay":
             return asyncio.run(app.replay(args))
+        if args.command == "report":
+            return app.render_matrix(args)
         return asyncio.run(app.run(args))
     except app.UsageError as exc:
         print(f"conformance: error: {exc}", file=sys.stderr)

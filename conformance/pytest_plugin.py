@@ -56,7 +56,7 @@ class _Runner:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.session.close)
+        self.call(self.session.aclose())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
@@ -115,6 +115,7 @@ def pytest_collection_modifyitems(
     )
     cases = select(
         all_cases(),
+        protocol="lmrpc",
         level=config.getoption("--lmrpc-level"),
         run=expand_patterns(config.getoption("--lmrpc-run")),
         skip=expand_patterns(config.getoption("--lmrpc-skip")),

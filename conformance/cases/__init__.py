@@ -23,3 +23,4 @@ from conformance.cases import flow  # noqa: F401
 from conformance.cases import prompts  # noqa: F401
 from conformance.cases import stateful  # noqa: F401
 from conformance.cases import engines  # noqa: F401
+from conformance.cases import openai  # noqa: F401

@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from grpclib.client import Channel
 
+from conformance.spec.protocols import GRPC_PROTOCOLS
 from conformance.stream.record import Finding
 from conformance.stream.wire import Decoded
 from lmrpc.v1 import (
@@ -34,7 +35,7 @@ from lmrpc.v1 import (
     ServerInfo,
 )
 
-PROTOCOLS = ("lmrpc", "vllm-engine", "sglang-scheduler")
+PROTOCOLS = GRPC_PROTOCOLS  # the protocols a Driver speaks (openai has its own client: drivers/openai/)
 
 
 @dataclass(frozen=True, slots=True)

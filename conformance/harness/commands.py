@@ -20,14 +20,17 @@ from rich.table import Table
 
 from conformance.drivers import Promises
 from conformance.drivers.detect import DetectionError
+from conformance.drivers.openai.target import HttpOptions, HttpTarget
+from conformance.harness.connect import AnyEndpoint, connect, parse_endpoint, protocol_of, wait_until_ready
 from conformance.harness.outcome import CaseResult, Verdict
 from conformance.harness.runner import Progress, run_all
 from conformance.harness.session import Budgets, Session, Tuning
-from conformance.harness.target import Credentials, Endpoint, Target, TlsOptions, choose_driver
+from conformance.harness.target import Credentials, TlsOptions
 from conformance.report.baseline import Baseline, BaselineError
 from conformance.report.console import progress_bar, render
 from conformance.report.coverage import list_coverage
 from conformance.report.files import write_json, write_junit
+from conformance.report.implementations import SCHEMA, Naming, load_reports, matrix, report_of, write_report
 from conformance.report.model import EXIT_FAIL, EXIT_INFRA, EXIT_OK, RunReport, exit_code
 from conformance.search.property import CI_PROFILE, EXPLORE_PROFILE
 from conformance.spec.clauses import CLAUSES
@@ -194,7 +197,7 @@ def _write_repros(results: list[CaseResult], directory: str) -> None:
 
 
 async def execute(
-    endpoint: Endpoint,
+    endpoint: AnyEndpoint,
     cases: list[Case],
     *,
     protocol: str = "lmrpc",
@@ -206,6 +209,8 @@ async def execute(
     jobs: int,
     progress: Progress,
     report: RunReport,
+    http: HttpOptions | None = None,
+    wait_s: float = 0.0,
 ) -> None:
     """Connect, run ``cases`` and fill ``report``; partial results survive interruption."""
     done: dict[str, CaseResult] = {}
@@ -217,10 +222,9 @@ async def execute(
 
     progress.on_result = on_result
     try:
-        driver, how = await choose_driver(endpoint, protocol, promises, budgets.connect_s)
-        report.protocol = driver.protocol
-        report.settings["protocol"] = how
-        target = await Target.connect(endpoint, budgets.connect_s, driver)
+        if wait_s > 0:
+            report.settings["waited"] = await wait_until_ready(endpoint, wait_s, budgets)
+        wire, how = await connect(endpoint, protocol, promises, budgets, http or HttpOptions())
     except DetectionError as exc:
         report.aborted = f"target {endpoint}: {exc}"
         report.results = _not_run(cases, done, report.aborted)
@@ -229,21 +233,28 @@ async def execute(
         report.aborted = f"target {endpoint} unreachable: {type(exc).__name__}: {exc}"
         report.results = _not_run(cases, done, report.aborted)
         return
-    server = target.info.server
+    session = Session(wire, budgets, tuning, seed=seed, profile=profile)
+    report.protocol = session.protocol
+    report.settings["protocol"] = how
+    server = wire.info.server
     report.server = {
         "name": server.server_name,
         "version": server.server_version,
         "contract_revision": server.contract_revision,
-        "model": target.info.model.model_id,
+        "model": wire.info.model.model_id,
     }
-    session = Session(target, budgets, tuning, seed=seed, profile=profile)
+    if isinstance(wire, HttpTarget):
+        report.server["identity"] = {"source": wire.identity.source, **wire.identity.answers}
+        report.settings["support"] = wire.support.to_json()
+        report.settings["tokenizer"] = str(wire.tokenizer) if wire.tokenizer else None
+        report.settings["parallel"] = wire.parallel
     try:
         report.results = await run_all(session, cases, jobs=jobs, progress=progress)
     except asyncio.CancelledError:
         report.aborted = "interrupted"
         report.results = _not_run(cases, done, "interrupted")
     finally:
-        session.close()
+        await session.aclose()
     down = [
         r.reason
         for r in report.results
@@ -253,16 +264,34 @@ async def execute(
         report.aborted = down[0]
 
 
+def _http(args: argparse.Namespace, budgets: Budgets, promises: Promises | None) -> HttpOptions:
+    return HttpOptions(
+        model=args.model,
+        promises=promises or Promises(),
+        parallel=args.parallel,
+        connect_s=budgets.connect_s,
+        call_s=budgets.stream_s,
+        idle_s=budgets.idle_s,
+    )
+
+
 async def run(args: argparse.Namespace) -> int:
     try:
         baseline = Baseline.load(args.baseline) if args.baseline else None
-        endpoint = Endpoint.parse(args.target, _tls(args), _credentials(args))
+        args.protocol = protocol_of(args.target, args.protocol)
+        endpoint = parse_endpoint(args.target, args.protocol, _tls(args), _credentials(args), args.api_key)
         tuning = Tuning.for_level(args.level, args.max_examples)
         promises = _promises(args)
     except (BaselineError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     registry = all_cases()
-    cases = select(registry, level=args.level, run=expand_patterns(args.run), skip=expand_patterns(args.skip))
+    cases = select(
+        registry,
+        protocol=args.protocol,
+        level=args.level,
+        run=expand_patterns(args.run),
+        skip=expand_patterns(args.skip),
+    )
     if not cases:
         raise UsageError(f"no case matches --level {args.level} --run {args.run} --skip {args.skip}")
     profile, seed = _profile(args)
@@ -306,6 +335,8 @@ async def run(args: argparse.Namespace) -> int:
                 jobs=args.jobs,
                 progress=progress,
                 report=report,
+                http=_http(args, budgets, promises),
+                wait_s=args.wait,
             )
     except asyncio.CancelledError:
         report.aborted = report.aborted or "interrupted"
@@ -322,8 +353,26 @@ async def run(args: argparse.Namespace) -> int:
             write_json(report, args.json)
         if args.junit:
             write_junit(report, args.junit)
+        if args.report:
+            naming = Naming(args.implementation, args.implementation_version)
+            write_report(args.report, report_of(report, naming, baseline, report.settings))
     render(console, report, verbose=args.verbose, quiet=args.quiet)
     return exit_code(report)
+
+
+def render_matrix(args: argparse.Namespace) -> int:
+    """``conformance report DIR``: the implementations x clauses matrix of the reports in DIR."""
+    reports = load_reports(args.folder)
+    if not reports:
+        raise UsageError(f"no implementation reports ({SCHEMA}) in {args.folder}")
+    text = matrix(reports)
+    if args.out == "-":
+        print(text, end="")
+    else:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(f"wrote {args.out}: {len(reports)} reports")
+    return EXIT_OK
 
 
 def _write_baseline(
@@ -360,13 +409,14 @@ async def replay(args: argparse.Namespace) -> int:
         args.seed, args.profile = settings["seed"], args.profile or "explore"
     args.time_scale = args.time_scale if args.time_scale != 1.0 else settings.get("time_scale", 1.0)
     target = args.target or previous.get("target")
+    if args.protocol == "auto" and previous.get("protocol"):
+        args.protocol = previous["protocol"]
     try:
-        endpoint = Endpoint.parse(target, _tls(args), _credentials(args))
+        args.protocol = protocol_of(target, args.protocol)
+        endpoint = parse_endpoint(target, args.protocol, _tls(args), _credentials(args), args.api_key)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     profile, seed = _profile(args)
-    if args.protocol == "auto" and previous.get("protocol"):
-        args.protocol = previous["protocol"]
     if not getattr(args, "assume", None) and previous.get("settings", {}).get("assume"):
         args.assume = list(previous["settings"]["assume"])
     try:
@@ -374,18 +424,21 @@ async def replay(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     report = RunReport(str(endpoint), [], level="all")
+    budgets = Budgets(scale=args.time_scale)
     await execute(
         endpoint,
         cases,
         protocol=args.protocol,
         promises=promises,
-        budgets=Budgets(scale=args.time_scale),
+        budgets=budgets,
         tuning=Tuning.for_level(previous.get("level", "all"), args.max_examples),
         profile=profile,
         seed=seed,
         jobs=args.jobs,
         progress=Progress(),
         report=report,
+        http=_http(args, budgets, promises),
+        wait_s=args.wait,
     )
     console = Console(highlight=False)
     for r in report.results:

@@ -19,6 +19,7 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
+from conformance.drivers.openai.calls import CaseHttp, HttpCall
 from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung, mismatch
 from conformance.harness.session import Budgets, Session, Tuning
 from conformance.harness.target import TargetInfo
@@ -141,6 +142,18 @@ class Ctx:
         self._calls: dict[int, Call] = {}
         self.closed = False
         self.repro: Repro | None = None  # set by property and state-machine cases that shrank a failure
+        self._http: CaseHttp | None = None
+
+    @property
+    def http(self) -> CaseHttp:
+        """The OpenAI-compatible server's client for this case (``--protocol openai``), recording."""
+        if self._http is None:
+            self._http = CaseHttp(self.session.http, call_s=self.budgets.stream_s, idle_s=self.budgets.idle_s)
+        return self._http
+
+    @property
+    def http_transcript(self) -> list[HttpCall]:
+        return self._http.transcript if self._http is not None else []
 
     @property
     def info(self) -> TargetInfo:

@@ -18,6 +18,7 @@ from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
+from conformance.drivers.openai.alive import http_alive
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import (
     CaseFailed,
@@ -30,8 +31,10 @@ from conformance.harness.outcome import (
     show,
 )
 from conformance.harness.session import Session
+from conformance.report.http_repro import http_script
 from conformance.report.repro import script
 from conformance.spec.profiles import PROFILES
+from conformance.spec.protocols import HTTP_PROTOCOLS
 from conformance.spec.registry import Case
 from conformance.stream.live import StreamStalled
 from lmrpc.v1 import GenerateRequest, GetServerInfoRequest, StoppingCriteria
@@ -48,7 +51,7 @@ def _result(case: Case, verdict: Verdict, reason: str = "", **kw: object) -> Cas
 
 
 async def run_case(session: Session, case: Case) -> CaseResult:
-    protocol = session.target.driver.protocol
+    protocol = session.protocol
     reading = PROFILES[protocol].case(case)
     if not reading.applies:
         return _result(case, Verdict.SKIP, f"n/a in {protocol}: {reading.text}")
@@ -99,21 +102,38 @@ async def run_case(session: Session, case: Case) -> CaseResult:
         sent=sorted(ctx.sent),
     )
     if verdict is Verdict.FAIL:
-        result.repro = ctx.repro or Repro(
-            kind="transcript",
-            example="\n".join(
-                f"{c.t_s:7.3f}s {c.method}({show(c.request)}) {c.outcome}" for c in ctx.transcript
-            ),
-            script=script(
-                case.id, str(session.target.endpoint), ctx.transcript, session.target.driver.protocol
-            ),
-        )
+        result.repro = ctx.repro or _transcript_repro(session, ctx, case, mismatches)
     return result
 
 
+def _transcript_repro(session: Session, ctx: Ctx, case: Case, mismatches: list[Mismatch]) -> Repro:
+    if session.protocol in HTTP_PROTOCOLS:
+        return Repro(
+            kind="transcript",
+            example="\n".join(
+                f"{c.t_s:7.3f}s {c.method} {c.url} {show(c.body)} {c.outcome}" for c in ctx.http_transcript
+            ),
+            script=http_script(
+                case.id,
+                session.http.endpoint.base_url,
+                session.http.endpoint.root_url,
+                ctx.http_transcript,
+                mismatches,
+            ),
+        )
+    return Repro(
+        kind="transcript",
+        example="\n".join(f"{c.t_s:7.3f}s {c.method}({show(c.request)}) {c.outcome}" for c in ctx.transcript),
+        script=script(case.id, str(session.target.endpoint), ctx.transcript, session.protocol),
+    )
+
+
 async def probe(session: Session) -> tuple[bool, str]:
-    """Is the target still serving? Health ``""``, GetServerInfo, and a one-token Generate must all work."""
+    """Is the target still serving? Health ``""``, GetServerInfo, and a one-token Generate must all work
+    (an OpenAI server: its model list and a one-token completion)."""
     budget = session.budgets.liveness_s
+    if session.protocol in HTTP_PROTOCOLS:
+        return await http_alive(session.http, budget)
     channel = session.target.fresh_channel()
     ctx = Ctx(session, "liveness", {})
     try:

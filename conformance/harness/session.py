@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.drivers.openai.target import HttpTarget
 from conformance.harness.target import Target, TargetInfo
 
 
@@ -98,7 +99,7 @@ class Tuning:
 
 @dataclass(slots=True)
 class Session:
-    target: Target
+    wire: Target | HttpTarget  # a gRPC target (lmrpc.v1 or an engine protocol) or an OpenAI HTTP one
     budgets: Budgets
     tuning: Tuning
     seed: int | None = None  # hypothesis seed for the explore profile (0 is a seed); ci is derandomized
@@ -109,7 +110,25 @@ class Session:
 
     @property
     def info(self) -> TargetInfo:
-        return self.target.info
+        return self.wire.info
+
+    @property
+    def protocol(self) -> str:
+        return self.wire.protocol if isinstance(self.wire, HttpTarget) else self.wire.driver.protocol
+
+    @property
+    def target(self) -> Target:
+        """The gRPC target; a case of a gRPC protocol never runs in an HTTP run (the registry keeps
+        each case to its protocols), so reaching here with one is a harness bug."""
+        if not isinstance(self.wire, Target):
+            raise TypeError(f"a gRPC case ran against an {self.wire.protocol} target")
+        return self.wire
+
+    @property
+    def http(self) -> HttpTarget:
+        if not isinstance(self.wire, HttpTarget):
+            raise TypeError(f"an OpenAI case ran against a {self.protocol} target")
+        return self.wire
 
     def next_id(self, tag: str) -> str:
         """A request id unique within the run and valid under REQ-4."""
@@ -125,7 +144,10 @@ class Session:
             self._memo[key] = task
         return task
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         for task in self._memo.values():
             task.cancel()
-        self.target.close()
+        if isinstance(self.wire, HttpTarget):
+            await self.wire.aclose()
+        else:
+            self.wire.close()

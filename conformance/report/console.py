@@ -16,6 +16,7 @@ from conformance.harness.outcome import CaseResult, Verdict
 from conformance.harness.runner import Progress as RunProgress
 from conformance.report.model import RunReport, badge
 from conformance.spec.clauses import CLAUSES
+from conformance.spec.profiles import clause_text
 from conformance.spec.registry import Case
 
 STYLE = {
@@ -78,7 +79,7 @@ def render(console: Console, report: RunReport, *, verbose: bool = False, quiet:
         console.print(table)
     for r in report.results:
         if r.verdict.is_failure:
-            _failure(console, r, verbose)
+            _failure(console, r, verbose, report.protocol)
     for line in report.stale:
         console.print(f"[bold magenta]STALE BASELINE[/] {escape(line)}")
     if report.aborted:
@@ -91,9 +92,9 @@ def render(console: Console, report: RunReport, *, verbose: bool = False, quiet:
     console.print(f"[bold]{escape(badge(report))}")
 
 
-def _failure(console: Console, r: CaseResult, verbose: bool) -> None:
+def _failure(console: Console, r: CaseResult, verbose: bool, protocol: str) -> None:
     clause = CLAUSES[r.clause]
-    body = [f"[bold]{clause.id}[/] ({clause.level.value}) {escape(clause.text)}", ""]
+    body = [f"[bold]{clause.id}[/] ({r.level}) {escape(clause_text(protocol, clause.id))}", ""]
     for m in r.mismatches:
         body.append(
             f"[bold]{escape(m.what)}[/]\n  want: [green]{escape(m.want)}[/]\n  got:  [red]{escape(m.got)}[/]"

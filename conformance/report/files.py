@@ -60,7 +60,7 @@ def junit_xml(report: RunReport) -> str:
             if result.verdict is Verdict.FAIL:
                 ET.SubElement(
                     case, "failure", message=result.reason[:500], type="ConformanceFailure"
-                ).text = failure_text(result)
+                ).text = failure_text(result, report.protocol)
             elif result.verdict is Verdict.ERROR:
                 ET.SubElement(
                     case, "error", message=result.reason[:500], type="HarnessError"

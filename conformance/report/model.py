@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from conformance import HARNESS_VERSION, REPORT_SCHEMA
 from conformance.harness.outcome import CaseResult, Verdict
 from conformance.spec.clauses import CLAUSES
+from conformance.spec.profiles import clause_text
 from lmrpc import CONTRACT_REVISION
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_STALE = 0, 1, 2, 3, 4
@@ -52,10 +53,10 @@ class RunReport:
         }
 
 
-def failure_text(result: CaseResult) -> str:
+def failure_text(result: CaseResult, protocol: str = "lmrpc") -> str:
     """A failure as plain text (JUnit, pytest): the clause, every mismatch as want/got, the repro."""
     clause = CLAUSES[result.clause]
-    lines = [f"{clause.id} ({clause.level.value}): {clause.text}", ""]
+    lines = [f"{clause.id} ({result.level}): {clause_text(protocol, clause.id)}", ""]
     lines += [f"- {m.what}\n    want: {m.want}\n    got:  {m.got}" for m in result.mismatches]
     if result.reason and not result.mismatches:
         lines.append(result.reason)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from conformance.spec.clauses import CLAUSES, Clause, Level
 from conformance.spec.coverage import CLASSES
+from conformance.spec.protocols import GRPC_PROTOCOLS, PROTOCOLS, family
 from lmrpc.v1 import Capabilities
 
 if TYPE_CHECKING:  # the spec layer sits below the harness; cases get a Ctx at run time
@@ -34,6 +35,7 @@ class Case:
     budget_factor: float = 1.0  # multiplies the per-case budget
     module: str = ""
     sends: tuple[str, ...] = ()  # input classes it sends (spec/coverage.py), checked by the self-test
+    protocols: tuple[str, ...] = GRPC_PROTOCOLS  # the protocols whose runs select it
 
     @property
     def group(self) -> str:
@@ -81,9 +83,12 @@ def case(
     budget: float = 1.0,
     level: Level | None = None,
     sends: Iterable[str] = (),
+    protocols: tuple[str, ...] = GRPC_PROTOCOLS,
 ) -> Callable[[Body], Body]:
     """Register a case (or one case per variant)."""
     clause = CLAUSES.get(clause_id)
+    if not protocols or set(protocols) - set(PROTOCOLS):
+        raise ValueError(f"protocols={protocols!r} must name protocols of {PROTOCOLS}")
     if clause is None:
         raise ValueError(f"clause_id={clause_id!r} is not a clause of docs/contract.md")
     common = tuple(check_requirement(r) for r in requires)
@@ -113,6 +118,7 @@ def case(
                 budget_factor=budget,
                 module=body.__module__.rsplit(".", 1)[-1],
                 sends=(*declared, *variant.sends),
+                protocols=protocols,
             )
         return body
 
@@ -154,10 +160,20 @@ def level_selected(case: Case, level: str) -> bool:
 
 
 def select(
-    cases: Iterable[Case], *, level: str, run: Sequence[str] = (), skip: Sequence[str] = ()
+    cases: Iterable[Case],
+    *,
+    level: str,
+    run: Sequence[str] = (),
+    skip: Sequence[str] = (),
+    protocol: str | None = None,
 ) -> list[Case]:
+    """The cases of ``level`` that ``run`` names and ``skip`` does not; with ``protocol``, only those
+    registered for it (``auto``: the gRPC protocols')."""
+    wanted = None if protocol is None else family(protocol) if protocol == "auto" else (protocol,)
     chosen = []
     for c in cases:
+        if wanted is not None and not set(wanted) & set(c.protocols):
+            continue
         if not level_selected(c, level):
             continue
         if run and not any(matches(p, c) for p in run):

@@ -1,0 +1,250 @@
+"""Cases that compare answers with each other: a stream with the same request not streamed (STREAM-2,
+FINISH-2, STREAM-5), concurrent streams with their requests alone (STREAM-6), and the sampling
+clauses (SAMPLE-1, 2, 3, 6).
+
+Comparing two calls needs greedy decoding to repeat. OpenAI's API does not promise that, so these
+cases run only where the harness saw it repeat when it connected (or ``--assume
+deterministic_greedy``), and they run alone, one call after the other, so that no other request
+shares a batch with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from os.path import commonpath
+
+from hypothesis import Phase
+
+from conformance.cases.openai._common import answered, apis, make, openai_case, support
+from conformance.cases.openai.pool import request_repro
+from conformance.drivers.openai.exchange import OpenAIRequest
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseFailed, Mismatch, mismatch
+from conformance.harness.session import Session
+from conformance.search.openai import openai_requests
+from conformance.search.property import profile, run_property, search
+from conformance.spec.clauses import SHOULD
+from conformance.validators.openai import LOGPROB_SLACK, Answer
+
+PAIRS = "openai-pairs"
+MULTIBYTE = ("日本語で答えてください。", "Emoji test 🙂🚀", "Ελληνικά κείμενα", "Réponds en français :")
+DISTINCT = ("1, 2, 3, 4,", "The capital of France is", "def add(a, b):", "Once upon a time", "Dear Sir,")
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    whole: Answer  # not streamed
+    streamed: Answer
+
+
+def difference(stream: str, whole: str) -> str:
+    """How a stream's text differs from the non-streamed one: ``equal``; ``lost-tail`` (a proper
+    prefix: its last tokens lost, FINISH-2); ``split-character`` (a character broken into U+FFFD
+    across chunks, STREAM-5); ``differs`` (anything else: a repeat, a cumulative text, STREAM-2)."""
+    if stream == whole:
+        return "equal"
+    if whole.startswith(stream):
+        return "lost-tail"
+    if "\ufffd" in stream and "\ufffd" not in whole:
+        return "split-character"
+    return "differs"
+
+
+JUDGED = {"STREAM-2": "differs", "FINISH-2": "lost-tail", "STREAM-5": "split-character"}
+
+
+def judge_pair(pair: Pair, clause: str) -> list[Mismatch]:
+    out = []
+    request = pair.whole.request
+    whole, streamed = pair.whole.view.texts(), pair.streamed.view.texts()
+    for index in sorted(set(whole) | set(streamed)):
+        found = difference(streamed.get(index, ""), whole.get(index, ""))
+        if found == JUDGED[clause]:
+            out.append(
+                mismatch(
+                    f"{request.api} n={request.n}: choice {index} streamed ({found}) vs not streamed",
+                    whole.get(index, ""),
+                    streamed.get(index, ""),
+                )
+            )
+    return out
+
+
+async def pair_of(ctx: Ctx, request: OpenAIRequest) -> Pair:
+    whole = await answered(
+        ctx, request.with_body(stream=None, stream_options=None), "the request not streamed"
+    )
+    streamed = await answered(ctx, request.with_body(stream=True), "the request streamed")
+    return Pair(whole, streamed)
+
+
+def pair_requests(session: Session) -> list[OpenAIRequest]:
+    found = session.http.support
+    out = []
+    for api in found.apis():
+        if not found.has(api, "stream"):
+            continue
+        n = 2 if found.has(api, "n") else None
+        for prompt in MULTIBYTE:
+            out.append(make(api, prompt, temperature=0, max_tokens=session.tuning.max_tokens, n=n))
+        if found.has(api, "stop"):
+            out.append(
+                make(
+                    api,
+                    "Once upon a time",
+                    temperature=0,
+                    max_tokens=session.tuning.max_tokens,
+                    stop=[" the", "."],
+                )
+            )
+    if any(found.has(api, "stream") for api in found.apis()):
+        drawn: list[OpenAIRequest] = []
+        strategy = openai_requests(found, session.tuning.max_tokens, greedy=True)
+        config = profile(session.profile, session.tuning.examples, phases=[Phase.generate])
+        run_property(strategy, drawn.append, config, session.seed)
+        out += [r for r in drawn if found.has(r.api, "stream")]
+    return out
+
+
+async def build_pairs(session: Session) -> list[Pair]:
+    ctx = Ctx(session, PAIRS, {})
+    try:
+        requests = await asyncio.to_thread(pair_requests, session)
+        return [await pair_of(ctx, r) for r in requests]  # one at a time: nothing shares their batch
+    finally:
+        await ctx.close()
+
+
+def _pair_case(clause: str) -> None:
+    async def body(ctx: Ctx) -> None:
+        support(ctx).need_determinism()
+        apis(ctx, "stream")
+        pairs: list[Pair] = await ctx.session.shared(PAIRS, lambda: build_pairs(ctx.session))
+        failures = [(p, found) for p in pairs if (found := judge_pair(p, clause))]
+        ctx.note(f"{len(pairs)} greedy requests compared streamed and not, {len(failures)} violate {clause}")
+        if not failures:
+            return
+
+        async def example(request: OpenAIRequest) -> list[Mismatch]:
+            if not support(ctx).has(request.api, "stream"):
+                return []
+            return judge_pair(await pair_of(ctx, request), clause)
+
+        strategy = openai_requests(support(ctx), ctx.tuning.max_tokens, greedy=True)
+        outcome = await search(ctx, strategy, example)
+        pair, found = failures[0]
+        shown = outcome.last_failing if not outcome.passed else pair.whole.request
+        mismatches = outcome.mismatches if not outcome.passed else found
+        assert isinstance(shown, OpenAIRequest)
+        ctx.repro = request_repro(
+            ctx, [shown.with_body(stream=None), shown.with_body(stream=True)], mismatches, repr(shown)
+        )
+        raise CaseFailed(mismatches)
+
+    body.__doc__ = (
+        "Greedy requests (generated, and multi-byte prompts) give the same text per choice streamed and "
+        f"not; {clause} judges a difference of kind {JUDGED[clause]!r}."
+    )
+    body.__module__ = __name__
+    openai_case(clause, tag="greedy", exclusive=True, budget=3.0)(body)
+
+
+for _clause in JUDGED:
+    _pair_case(_clause)
+
+
+def common_prefix(a: str, b: str) -> int:
+    return len(commonpath([a, b]))
+
+
+@openai_case("STREAM-6", exclusive=True, budget=2.0)
+async def no_cross_talk(ctx: Ctx) -> None:
+    """Concurrent greedy streams each carry their own request's text under ids of their own: each is
+    what its request gives alone, or at least closer to that than to any other's."""
+    support(ctx).need_determinism()
+    api = "completions" if "completions" in apis(ctx, "stream") else apis(ctx, "stream")[0]
+    count = max(2, min(ctx.http.target.parallel, len(DISTINCT)))
+    requests = [make(api, p, temperature=0, max_tokens=ctx.tuning.max_tokens) for p in DISTINCT[:count]]
+    alone = [(await answered(ctx, r, "alone")).view.texts().get(0, "") for r in requests]
+    together = await asyncio.gather(
+        *(answered(ctx, r.with_body(stream=True), "concurrently") for r in requests)
+    )
+    ids = [a.view.ids[0] if a.view.ids else None for a in together]
+    ctx.check.that(len(set(map(repr, ids))) == len(ids), "ids of the concurrent streams", "distinct", ids)
+    for i, answer in enumerate(together):
+        text = answer.view.texts().get(0, "")
+        if text == alone[i]:
+            continue
+        own = common_prefix(text, alone[i])
+        closer = [j for j in range(len(requests)) if j != i and common_prefix(text, alone[j]) > own]
+        if closer:
+            ctx.check.add(
+                f"stream {i} ({requests[i].body.get('prompt', '')!r}) run concurrently",
+                f"its own text {alone[i]!r}",
+                f"{text!r}, closer to request {closer[0]}'s {alone[closer[0]]!r}",
+            )
+        else:
+            ctx.note(f"stream {i} differs from its text alone after {own} characters (batch variance?)")
+
+
+@openai_case("SAMPLE-1", tag="greedy-is-argmax")
+async def greedy_is_argmax(ctx: Ctx) -> None:
+    """With temperature 0 every chosen token is the most likely one: its logprob is the first and
+    highest of its top_logprobs."""
+    for api in apis(ctx, "logprobs"):
+        top = {"logprobs": True, "top_logprobs": 3} if api == "chat" else {"logprobs": 3}
+        answer = await answered(ctx, make(api, temperature=0, max_tokens=ctx.tuning.max_tokens, **top))
+        for index, choice in sorted(answer.view.choices.items()):
+            for position, entry in enumerate(choice.entries):
+                best = max((v for _, v in entry.top), default=None)
+                if best is not None and entry.logprob is not None and entry.logprob < best - LOGPROB_SLACK:
+                    ctx.check.add(
+                        f"{api} temperature=0: choice {index} token {position} {entry.token!r}",
+                        f"the most likely token (logprob {best})",
+                        f"logprob {entry.logprob}, alternatives {entry.top}",
+                    )
+                    break
+
+
+async def _same_every_time(ctx: Ctx, request: OpenAIRequest, runs: int, what: str) -> None:
+    texts = [(await answered(ctx, request)).view.texts() for _ in range(runs)]
+    ctx.check.that(all(t == texts[0] for t in texts), what, f"the same text {runs} times", texts)
+
+
+@openai_case("SAMPLE-2", exclusive=True, level=SHOULD)
+async def greedy_repeats(ctx: Ctx) -> None:
+    """The same greedy request gives the same text every time, and the n choices of a greedy request
+    are equal (OpenAI's API leaves determinism open: SHOULD)."""
+    for api in support(ctx).apis():
+        await _same_every_time(
+            ctx, make(api, temperature=0, max_tokens=ctx.tuning.max_tokens), 3, f"{api} greedy"
+        )
+        if support(ctx).has(api, "n"):
+            texts = (
+                await answered(ctx, make(api, temperature=0, max_tokens=ctx.tuning.max_tokens, n=2))
+            ).view.texts()
+            ctx.check.that(len(set(texts.values())) == 1, f"{api} greedy n=2 choices", "equal", texts)
+
+
+@openai_case("SAMPLE-3", exclusive=True, level=SHOULD)
+async def seed_repeats(ctx: Ctx) -> None:
+    """The same seed gives the same text (``seed`` is best effort in OpenAI's API: SHOULD)."""
+    for api in apis(ctx, "seed"):
+        request = make(api, "Once upon a time", temperature=1.0, seed=1234, max_tokens=ctx.tuning.max_tokens)
+        await _same_every_time(ctx, request, 2, f"{api} temperature=1 seed=1234")
+
+
+@openai_case("SAMPLE-6", level=SHOULD)
+async def choices_differ(ctx: Ctx) -> None:
+    """With temperature 1 the n choices of a request differ (for at least one of three prompts)."""
+    for api in apis(ctx, "n"):
+        seen = []
+        for prompt in ("Once upon a time", "Write a poem about the sea.", "My favourite food is"):
+            request = make(api, prompt, temperature=1.0, n=2, max_tokens=max(ctx.tuning.max_tokens, 16))
+            texts = (await answered(ctx, request)).view.texts()
+            seen.append(texts)
+            if len(set(texts.values())) > 1:
+                break
+        else:
+            ctx.check.add(f"{api} temperature=1 n=2 choices", "different for some prompt", seen)

@@ -1,0 +1,145 @@
+"""Clients that go away or stop reading: a closed connection frees the server (CANCEL-1) and changes
+no other stream (CANCEL-3); an unread stream delays no other request (FLOW-1).
+
+Every time limit here is measured on the server in the same case, never a constant: "promptly" is
+"as fast as the same burst just before", with a margin far below what the abandoned work would
+cost, so a busy machine slows both sides alike and a correct server is never blamed for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from os.path import commonpath
+
+from conformance.cases.openai._common import LONG_PROMPT, answered, apis, make, openai_case, refused
+from conformance.drivers.openai.exchange import Api, End, OpenAIRequest
+from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped
+
+SHORT_TOKENS = 8
+ABANDONED_TOKENS = 1024  # what each abandoned stream asked for: ~128x a short request's work
+EVENTS_BEFORE_LEAVING = 3
+
+
+async def long_request(ctx: Ctx, api: Api) -> OpenAIRequest:
+    """A streamed request for ABANDONED_TOKENS tokens the server accepts (halved until it does), with
+    ``ignore_eos`` where the server takes that extension (so it would really run that long)."""
+    tokens = ABANDONED_TOKENS
+    while tokens >= 64:
+        for extra in ({"ignore_eos": True}, {}):
+            request = make(api, LONG_PROMPT, max_tokens=tokens, temperature=0, stream=True, **extra)
+            probe = await ctx.http.send(request.with_body(max_tokens=1, stream=None))
+            if probe.status == 200:
+                return request
+            if refused(probe) is not None:
+                break
+        tokens //= 2
+    raise CaseSkipped(f"the server refuses every streamed {api} request of 64 tokens or more")
+
+
+async def burst(ctx: Ctx, api: Api, count: int) -> float:
+    """Seconds for ``count`` short requests sent at once to be answered."""
+    started = time.monotonic()
+    await asyncio.gather(
+        *(
+            answered(ctx, make(api, max_tokens=SHORT_TOKENS, temperature=0), "a short request")
+            for _ in range(count)
+        )
+    )
+    return time.monotonic() - started
+
+
+@openai_case("CANCEL-1", exclusive=True, budget=3.0)
+async def disconnect_frees(ctx: Ctx) -> None:
+    """Streams whose clients close their connections mid-stream stop: a burst at the server's
+    parallelism right after is answered about as fast as the same burst before, not after the
+    abandoned streams' length."""
+    api = apis(ctx, "stream")[0]
+    width = ctx.http.target.parallel
+    request = await long_request(ctx, api)
+    before = max([await burst(ctx, api, width) for _ in range(2)])
+    leave = await asyncio.gather(
+        *(ctx.http.send(request, disconnect_after=EVENTS_BEFORE_LEAVING) for _ in range(width))
+    )
+    broken = [e.summary() for e in leave if e.status != 200 or e.end is not End.CANCELLED]
+    ctx.check.that(
+        not broken,
+        f"{width} long streams, left after {EVENTS_BEFORE_LEAVING} events",
+        "HTTP 200 streams",
+        broken,
+    )
+    factor = math.sqrt(request.max_tokens / SHORT_TOKENS if request.max_tokens else 1)
+    limit = max(before * factor, before + 0.5 * ctx.budgets.scale)
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(limit):
+            await burst(ctx, api, width)
+    except TimeoutError:
+        ctx.check.add(
+            f"a burst of {width} short requests right after {width} clients left their "
+            f"{request.max_tokens}-token streams",
+            f"answered within {limit:.2f}s ({factor:.1f}x the {before:.2f}s the same burst took before)",
+            f"still running after {time.monotonic() - started:.2f}s: the abandoned streams still hold the server",
+        )
+    ctx.note(
+        f"burst before: {before:.2f}s, after the disconnects: {time.monotonic() - started:.2f}s (limit {limit:.2f}s)"
+    )
+
+
+@openai_case("CANCEL-3", exclusive=True, budget=2.0)
+async def disconnect_changes_no_other(ctx: Ctx) -> None:
+    """A stream closed by its client while another runs leaves the other one whole: it ends normally,
+    with its own text."""
+    api = apis(ctx, "stream")[0]
+    request = await long_request(ctx, api)
+    other = make(
+        api, "The capital of France is", temperature=0, max_tokens=max(ctx.tuning.max_tokens, 16), stream=True
+    )
+    alone = (await answered(ctx, other, "the other request alone")).view.texts().get(0, "")
+    leaving = asyncio.ensure_future(ctx.http.send(request, disconnect_after=EVENTS_BEFORE_LEAVING))
+    together = await answered(ctx, other, "the other request beside a stream its client leaves")
+    await leaving
+    choice = together.view.choices.get(0)
+    ctx.check.that(
+        together.view.done and choice is not None and len(choice.finishes) == 1,
+        "the other stream's end",
+        "one finish_reason and [DONE]",
+        together.exchange.summary(),
+    )
+    text = choice.text if choice else ""
+    if text != alone:
+        shared = len(commonpath([text, alone]))
+        ctx.check.that(shared > 0 or not alone, "the other stream's text", f"its own text {alone!r}", text)
+        ctx.note(f"the other stream's text differs after {shared} characters (batch variance?)")
+
+
+@openai_case("FLOW-1", exclusive=True, budget=2.0)
+async def unread_stream_delays_nobody(ctx: Ctx) -> None:
+    """While a client leaves a long stream unread, another request is answered about as fast as
+    before it: the server never waits on the slow reader."""
+    api = apis(ctx, "stream")[0]
+    request = await long_request(ctx, api)
+    short = make(api, max_tokens=SHORT_TOKENS, temperature=0)
+    before = []
+    for _ in range(2):
+        started = time.monotonic()
+        await answered(ctx, short, "a short request alone")
+        before.append(time.monotonic() - started)
+    alone = max(before)
+    limit = max(10 * alone, alone + 1.0 * ctx.budgets.scale)
+    async with ctx.http.unread(request) as held:
+        if held.status != 200:
+            raise CaseSkipped(f"the long stream was not accepted: {held.summary()}")
+        await asyncio.sleep(max(0.5, 2 * alone))  # time for the server to fill the connection's buffers
+        started = time.monotonic()
+        exchange = await ctx.http.send(short, total_s=limit)
+        took = time.monotonic() - started
+    ctx.check.that(
+        exchange.status == 200 and exchange.end is End.OK,
+        "a short request while another client leaves its stream unread",
+        f"answered within {limit:.2f}s (10x the {alone:.2f}s it took alone)",
+        f"{exchange.summary()} after {took:.2f}s",
+    )
+    ctx.note(f"alone: {alone:.2f}s, beside the unread stream: {took:.2f}s")

@@ -1,0 +1,430 @@
+"""The OpenAI profile's answer checks: pure functions of one answer (the exchange and its view) to
+mismatches, one clause each, run on every answer of the pool (cases/openai/pool.py) and by the cases
+that make answers of their own. Each judges only its clause, so one fault fails the clause it breaks.
+
+Token counts come from what the answer itself shows: a choice's ``logprobs`` entries (one per
+token), or ``max_tokens`` for a choice that ended ``length`` (FINISH-6 keeps that honest), or the
+usage of a one-choice answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from conformance.drivers.openai.exchange import End, Exchange, OpenAIRequest
+from conformance.drivers.openai.view import FINISH_REASONS, ChoiceView, CompletionView, view_of
+from conformance.harness.outcome import Mismatch, mismatch
+
+LOGPROB_SLACK = 1e-4  # servers round logprobs to a few digits
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    exchange: Exchange
+    view: CompletionView
+
+    @staticmethod
+    def of(exchange: Exchange) -> Answer:
+        return Answer(exchange, view_of(exchange))
+
+    @property
+    def request(self) -> OpenAIRequest:
+        assert self.exchange.request is not None
+        return self.exchange.request
+
+    @property
+    def ok(self) -> bool:
+        """An HTTP 200 answer read to its end (what the structural checks judge)."""
+        return self.exchange.status == 200 and self.exchange.end is End.OK
+
+
+Check = Callable[[Answer], list[Mismatch]]
+CHECKS: dict[str, Check] = {}
+
+
+def check(clause: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        CHECKS[clause] = fn
+        return fn
+
+    return register
+
+
+def judge(answer: Answer, clauses: list[str]) -> list[Mismatch]:
+    return [m for clause in clauses for m in CHECKS[clause](answer)]
+
+
+def usage_numbers(usage: object) -> tuple[int, int, int] | None:
+    """(prompt, completion, total) when ``usage`` has the three as integers."""
+    if not isinstance(usage, dict):
+        return None
+    values = [usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return values[0], values[1], values[2]  # type: ignore[return-value]
+    return None
+
+
+def choice_tokens(answer: Answer, choice: ChoiceView) -> int | None:
+    """How many tokens the choice has, as far as the answer shows it."""
+    request = answer.request
+    if request.top_logprobs is not None and choice.entries:
+        return len(choice.entries)
+    if choice.finish == "length" and request.max_tokens is not None:
+        return request.max_tokens
+    numbers = usage_numbers(answer.view.usage)
+    if request.n == 1 and numbers is not None:
+        return numbers[1]
+    return None
+
+
+def _where(answer: Answer) -> str:
+    request = answer.request
+    return f"{request.api}{' stream' if answer.view.streamed else ''} n={request.n}"
+
+
+@check("REQ-2")
+def ids_and_objects(answer: Answer) -> list[Mismatch]:
+    if not answer.ok:
+        return []
+    view, request = answer.view, answer.request
+    out = []
+    ids = set(map(repr, view.ids))
+    if len(ids) != 1 or not all(isinstance(i, str) and i for i in view.ids):
+        out.append(mismatch(f"{_where(answer)}: the id of every chunk", "one non-empty string", sorted(ids)))
+    if request.api == "chat":
+        want = "chat.completion.chunk" if view.streamed else "chat.completion"
+    else:
+        want = "text_completion"
+    objects = sorted(set(map(repr, view.objects)))
+    if objects != [repr(want)]:
+        out.append(mismatch(f"{_where(answer)}: object", repr(want), objects))
+    return out
+
+
+@check("STREAM-1")
+def role_first(answer: Answer) -> list[Mismatch]:
+    if not answer.ok or answer.request.api != "chat":
+        return []
+    out = []
+    for index, choice in sorted(answer.view.choices.items()):
+        roles = choice.roles
+        if not roles or roles[0] != (0, "assistant"):
+            out.append(
+                mismatch(
+                    f"{_where(answer)}: choice {index}'s first chunk",
+                    "role assistant",
+                    roles[:3] or "no role",
+                )
+            )
+        elif len(roles) > 1:
+            out.append(mismatch(f"{_where(answer)}: choice {index}'s roles", "one, first", roles[:5]))
+    return out
+
+
+@check("STREAM-3")
+def indices_in_range(answer: Answer) -> list[Mismatch]:
+    if not answer.ok:
+        return []
+    n = answer.request.n
+    out = [
+        mismatch(f"{_where(answer)}: choice index", f"an integer in [0, {n})", bad)
+        for bad in answer.view.bad_indices[:3]
+    ]
+    beyond = sorted(i for i in answer.view.choices if i >= n)
+    if beyond:
+        out.append(mismatch(f"{_where(answer)}: choice indices", f"in [0, {n})", beyond))
+    return out
+
+
+@check("N-1")
+def every_index_once(answer: Answer) -> list[Mismatch]:
+    if not answer.ok:
+        return []
+    n, view = answer.request.n, answer.view
+    out = []
+    if sorted(view.choices) != list(range(n)):
+        out.append(mismatch(f"{_where(answer)}: choice indices", list(range(n)), sorted(view.choices)))
+    if not view.streamed and answer.exchange.json() is not None:
+        raw = answer.exchange.json().get("choices") if isinstance(answer.exchange.json(), dict) else None
+        indices = [c.get("index") for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+        if len(indices) != len(set(map(repr, indices))):
+            out.append(mismatch(f"{_where(answer)}: choices", "each index once", indices))
+    return out
+
+
+@check("FINISH-1")
+def one_finish(answer: Answer) -> list[Mismatch]:
+    if not answer.ok:
+        return []
+    out = []
+    for index, choice in sorted(answer.view.choices.items()):
+        if len(choice.finishes) != 1:
+            out.append(
+                mismatch(
+                    f"{_where(answer)}: choice {index}'s finish_reason values", "exactly one", choice.finishes
+                )
+            )
+        if choice.after_finish:
+            out.append(
+                mismatch(
+                    f"{_where(answer)}: content of choice {index} after its finish",
+                    "none",
+                    choice.after_finish[:3],
+                )
+            )
+    return out
+
+
+@check("FINISH-3")
+def done_ends(answer: Answer) -> list[Mismatch]:
+    exchange, view = answer.exchange, answer.view
+    if exchange.status != 200:
+        return []
+    if not view.streamed:
+        if exchange.end is not End.OK or not isinstance(exchange.json(), dict):
+            return [mismatch(f"{_where(answer)}: the body", "one complete JSON object", exchange.summary())]
+        return []
+    out = []
+    if not view.done and not view.error_events:
+        out.append(
+            mismatch(
+                f"{_where(answer)}: the stream's end", "data: [DONE]", f"{exchange.summary()}, no [DONE]"
+            )
+        )
+    if view.events_after_done:
+        out.append(mismatch(f"{_where(answer)}: events after [DONE]", 0, view.events_after_done))
+    if view.unparsable or view.not_objects:
+        out.append(
+            mismatch(
+                f"{_where(answer)}: event data",
+                "JSON objects and [DONE]",
+                view.unparsable[:3] or f"{view.not_objects} non-objects",
+            )
+        )
+    return out
+
+
+@check("ERR-2")
+def no_silent_truncation(answer: Answer) -> list[Mismatch]:
+    exchange, view = answer.exchange, answer.view
+    if exchange.status != 200 or not view.streamed or view.done or view.error_events:
+        return []
+    return [
+        mismatch(
+            f"{_where(answer)}: a stream that ended without [DONE]",
+            "an error event before its end",
+            exchange.summary(),
+        )
+    ]
+
+
+@check("FINISH-4")
+def known_reasons(answer: Answer) -> list[Mismatch]:
+    if not answer.ok:
+        return []
+    return [
+        mismatch(
+            f"{_where(answer)}: choice {index}'s finish_reason", "|".join(sorted(FINISH_REASONS)), reason
+        )
+        for index, choice in sorted(answer.view.choices.items())
+        for reason in choice.finishes
+        if reason not in FINISH_REASONS
+    ]
+
+
+@check("FINISH-6")
+def length_iff_max(answer: Answer) -> list[Mismatch]:
+    request = answer.request
+    most = request.max_tokens
+    if not answer.ok or most is None:
+        return []
+    out = []
+    numbers = usage_numbers(answer.view.usage)
+    for index, choice in sorted(answer.view.choices.items()):
+        if request.top_logprobs is not None and choice.entries:
+            count = len(choice.entries)
+        elif request.n == 1 and numbers is not None:
+            count = numbers[1]
+        else:
+            continue
+        where = f"{_where(answer)}: tokens of choice {index}"
+        if choice.finish == "length" and count != most:
+            out.append(mismatch(f"{where}, which ended length", f"max_tokens = {most}", count))
+        if choice.finish not in (None, "length") and count > most:
+            out.append(mismatch(f"{where}, which ended {choice.finish}", f"<= max_tokens = {most}", count))
+    return out
+
+
+@check("USAGE-1")
+def usage_placed(answer: Answer) -> list[Mismatch]:
+    if not answer.ok:
+        return []
+    view, request = answer.view, answer.request
+    if not view.streamed:
+        numbers = usage_numbers(view.usage)
+        if numbers is None:
+            return [
+                mismatch(
+                    f"{_where(answer)}: usage", "prompt_tokens, completion_tokens, total_tokens", view.usage
+                )
+            ]
+        if numbers[2] != numbers[0] + numbers[1]:
+            return [
+                mismatch(
+                    f"{_where(answer)}: total_tokens",
+                    f"prompt + completion = {numbers[0] + numbers[1]}",
+                    numbers[2],
+                )
+            ]
+        return []
+    if not request.include_usage:
+        return []
+    if len(view.usages) != 1:
+        return [mismatch(f"{_where(answer)}: chunks carrying usage", 1, [u.position for u in view.usages])]
+    seen = view.usages[0]
+    out = []
+    if seen.position != view.chunks - 1:
+        out.append(
+            mismatch(
+                f"{_where(answer)}: the usage chunk",
+                f"the last before [DONE] (chunk {view.chunks - 1})",
+                f"chunk {seen.position}",
+            )
+        )
+    if seen.choices != []:
+        out.append(mismatch(f"{_where(answer)}: choices of the usage chunk", "[]", seen.choices))
+    numbers = usage_numbers(seen.usage)
+    if numbers is None or numbers[2] != numbers[0] + numbers[1]:
+        out.append(
+            mismatch(f"{_where(answer)}: usage", "integers with total = prompt + completion", seen.usage)
+        )
+    return out
+
+
+@check("USAGE-3")
+def completion_is_the_sum(answer: Answer) -> list[Mismatch]:
+    numbers = usage_numbers(answer.view.usage)
+    if not answer.ok or numbers is None or answer.request.n < 2:
+        return []
+    counts = [choice_tokens(answer, c) for _, c in sorted(answer.view.choices.items())]
+    if len(counts) != answer.request.n or any(c is None for c in counts):
+        return []
+    total = sum(c for c in counts if c is not None)
+    if numbers[1] != total:
+        return [
+            mismatch(
+                f"{_where(answer)}: completion_tokens", f"the sum over choices {counts} = {total}", numbers[1]
+            )
+        ]
+    return []
+
+
+@check("USAGE-4")
+def cached_within_prompt(answer: Answer) -> list[Mismatch]:
+    usage, numbers = answer.view.usage, usage_numbers(answer.view.usage)
+    if not answer.ok or numbers is None:
+        return []
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        return []
+    if not isinstance(cached, int) or not 0 <= cached <= numbers[0]:
+        return [
+            mismatch(
+                f"{_where(answer)}: cached_tokens", f"an integer in [0, prompt_tokens = {numbers[0]}]", cached
+            )
+        ]
+    return []
+
+
+@check("USAGE-5")
+def within_max_tokens(answer: Answer) -> list[Mismatch]:
+    request, numbers = answer.request, usage_numbers(answer.view.usage)
+    if not answer.ok or request.max_tokens is None:
+        return []
+    out = []
+    for index, choice in sorted(answer.view.choices.items()):
+        if request.top_logprobs is not None and len(choice.entries) > request.max_tokens:
+            out.append(
+                mismatch(
+                    f"{_where(answer)}: logprobs entries of choice {index}",
+                    f"<= max_tokens = {request.max_tokens}",
+                    len(choice.entries),
+                )
+            )
+    if numbers is not None and numbers[1] > request.n * request.max_tokens:
+        out.append(
+            mismatch(
+                f"{_where(answer)}: completion_tokens",
+                f"<= n * max_tokens = {request.n * request.max_tokens}",
+                numbers[1],
+            )
+        )
+    return out
+
+
+@check("STOP-1")
+def stops_never_shown(answer: Answer) -> list[Mismatch]:
+    if not answer.ok:
+        return []
+    stops = [s for s in answer.request.stops if s]
+    return [
+        mismatch(f"{_where(answer)}: content of choice {index}", f"no stop string of {stops}", choice.text)
+        for index, choice in sorted(answer.view.choices.items())
+        if any(stop in choice.text for stop in stops)
+    ]
+
+
+@check("STREAM-7")
+def logprob_entries(answer: Answer) -> list[Mismatch]:
+    request = answer.request
+    k = request.top_logprobs
+    if not answer.ok or k is None:
+        return []
+    out = []
+    numbers = usage_numbers(answer.view.usage)
+    for index, choice in sorted(answer.view.choices.items()):
+        where = f"{_where(answer)}: choice {index}"
+        if not choice.entries:
+            if choice.text:
+                out.append(mismatch(f"{where}: logprobs", "one entry per token", "none"))
+            continue
+        if request.n == 1 and numbers is not None and len(choice.entries) != numbers[1]:
+            out.append(
+                mismatch(
+                    f"{where}: logprobs entries",
+                    f"one per token (completion_tokens = {numbers[1]})",
+                    len(choice.entries),
+                )
+            )
+        for position, entry in enumerate(choice.entries):
+            problems = _entry_problems(entry.logprob, entry.top, k, entry.top_is_dict)
+            if problems:
+                out.append(
+                    mismatch(
+                        f"{where}: logprobs entry {position} ({entry.token!r})", problems[0], problems[1]
+                    )
+                )
+                break
+    return out
+
+
+def _entry_problems(
+    logprob: float | None, top: tuple[tuple[str, float], ...], k: int, is_dict: bool
+) -> tuple[str, object] | None:
+    if logprob is None or math.isnan(logprob) or logprob > LOGPROB_SLACK:
+        return "a logprob <= 0", logprob
+    if (len(top) > k or len(top) < min(k, 1)) if is_dict else len(top) != k:
+        return (f"at most {k} alternatives" if is_dict else f"{k} alternatives"), len(top)
+    values = [v for _, v in top]
+    if any(math.isnan(v) or v > LOGPROB_SLACK for v in values):
+        return "alternatives with logprobs <= 0", values
+    if not is_dict and any(a < b - LOGPROB_SLACK for a, b in itertools.pairwise(values)):
+        return "alternatives sorted by logprob, highest first", values
+    return None
+
+
+CLAUSES = tuple(CHECKS)
