@@ -422,8 +422,9 @@ OPENAI = Profile(
             "alone, or at least closer to it than to any other's), under ids of their own"
         ),
         "STREAM-7": reads(
-            "`logprobs`: one entry per token, each `logprob` ≤ 0, `top_logprobs` of the asked length sorted "
-            "by logprob (legacy completions: a dict of at most the asked length)"
+            "`logprobs`: one entry per token (a choice that ended `length` has `max_tokens` of them; with a stop "
+            "string the stop's tokens may be left out), each `logprob` ≤ 0, `top_logprobs` of the asked length "
+            "sorted by logprob (legacy completions: a dict of at most the asked length)"
         ),
         "STREAM-8": na("no final_only: stream=false is compared by STREAM-2"),
         "STREAM-10": na(NO_HTTP),
@@ -443,8 +444,8 @@ OPENAI = Profile(
         ),
         "FINISH-5": reads("a choice that ended at a stop string reads `stop`"),
         "FINISH-6": reads(
-            "`length` only when the choice's tokens reached `max_tokens`, and never before (tokens counted by "
-            "`logprobs` entries, or by usage for n = 1)"
+            "`length` only when the choice's tokens reached `max_tokens`, and never beyond (judged where usage "
+            "counts one choice: n = 1)"
         ),
         "FINISH-7": na("no abort"),
         "USAGE-1": reads(
@@ -456,7 +457,7 @@ OPENAI = Profile(
             "`prompt_tokens` counts the prompt once: the same for n = 1 and n = 2, streamed and not"
         ),
         "USAGE-3": reads(
-            "`completion_tokens` is the sum over choices (each choice's tokens by its `logprobs` entries, or "
+            "`completion_tokens` is the sum over choices (judged where every choice's count is known: "
             "`max_tokens` for a choice that ended `length`)"
         ),
         "USAGE-4": reads("`prompt_tokens_details.cached_tokens`, where present, ≤ `prompt_tokens`"),

@@ -68,10 +68,10 @@ def usage_numbers(usage: object) -> tuple[int, int, int] | None:
 
 
 def choice_tokens(answer: Answer, choice: ChoiceView) -> int | None:
-    """How many tokens the choice has, as far as the answer shows it."""
+    """How many tokens the choice has, as far as the answer shows it without trusting the count
+    being judged: ``max_tokens`` for a choice that ended ``length`` (FINISH-6 keeps that honest),
+    the usage of a one-choice answer; else unknown (``logprobs`` entries are STREAM-7's to judge)."""
     request = answer.request
-    if request.top_logprobs is not None and choice.entries:
-        return len(choice.entries)
     if choice.finish == "length" and request.max_tokens is not None:
         return request.max_tokens
     numbers = usage_numbers(answer.view.usage)
@@ -237,25 +237,18 @@ def known_reasons(answer: Answer) -> list[Mismatch]:
 
 @check("FINISH-6")
 def length_iff_max(answer: Answer) -> list[Mismatch]:
+    """Judged where the answer counts its one choice's tokens (usage of n = 1)."""
     request = answer.request
-    most = request.max_tokens
-    if not answer.ok or most is None:
+    most, numbers = request.max_tokens, usage_numbers(answer.view.usage)
+    choice = answer.view.choices.get(0)
+    if not answer.ok or most is None or request.n != 1 or numbers is None or choice is None:
         return []
-    out = []
-    numbers = usage_numbers(answer.view.usage)
-    for index, choice in sorted(answer.view.choices.items()):
-        if request.top_logprobs is not None and choice.entries:
-            count = len(choice.entries)
-        elif request.n == 1 and numbers is not None:
-            count = numbers[1]
-        else:
-            continue
-        where = f"{_where(answer)}: tokens of choice {index}"
-        if choice.finish == "length" and count != most:
-            out.append(mismatch(f"{where}, which ended length", f"max_tokens = {most}", count))
-        if choice.finish not in (None, "length") and count > most:
-            out.append(mismatch(f"{where}, which ended {choice.finish}", f"<= max_tokens = {most}", count))
-    return out
+    count, where = numbers[1], f"{_where(answer)}: completion_tokens"
+    if choice.finish == "length" and count != most:
+        return [mismatch(f"{where} of a choice that ended length", f"max_tokens = {most}", count)]
+    if choice.finish not in (None, "length") and count > most:
+        return [mismatch(f"{where} of a choice that ended {choice.finish}", f"<= max_tokens = {most}", count)]
+    return []
 
 
 @check("USAGE-1")
@@ -385,18 +378,21 @@ def logprob_entries(answer: Answer) -> list[Mismatch]:
     if not answer.ok or k is None:
         return []
     out = []
-    numbers = usage_numbers(answer.view.usage)
     for index, choice in sorted(answer.view.choices.items()):
         where = f"{_where(answer)}: choice {index}"
         if not choice.entries:
             if choice.text:
                 out.append(mismatch(f"{where}: logprobs", "one entry per token", "none"))
             continue
-        if request.n == 1 and numbers is not None and len(choice.entries) != numbers[1]:
+        count = choice_tokens(answer, choice)
+        # A stop string's tokens may be left out of the entries as they are of the text: with a stop
+        # string in play an ended-"stop" choice has at most one entry per token.
+        exact = choice.finish == "length" or not request.stops
+        if count is not None and (len(choice.entries) != count if exact else len(choice.entries) > count):
             out.append(
                 mismatch(
-                    f"{where}: logprobs entries",
-                    f"one per token (completion_tokens = {numbers[1]})",
+                    f"{where}: logprobs entries (it ended {choice.finish})",
+                    f"{'one' if exact else 'at most one'} per token ({count} tokens)",
                     len(choice.entries),
                 )
             )

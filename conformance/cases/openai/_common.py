@@ -82,6 +82,21 @@ async def answered(ctx: Ctx, request: OpenAIRequest, what: str = "", **kw: Any) 
     return answer
 
 
+async def answered_unless_refused(ctx: Ctx, request: OpenAIRequest, what: str = "") -> Answer | None:
+    """Like ``answered``, but None when the server refuses the request as OpenAI refuses (a 4xx
+    with an error object): a combination of options it does not serve, which skips, not fails."""
+    exchange = await ctx.http.send(request)
+    if refused(exchange) is None:
+        ctx.note(f"refused, so not judged: {request!r}: {exchange.text[:200]}")
+        return None
+    answer = Answer.of(exchange)
+    if not answer.ok:
+        label = what or f"{request.api}{' stream' if request.stream else ''}"
+        detail = exchange.summary() + (f": {exchange.text[:300]}" if exchange.text else "")
+        raise CaseFailed([*ctx.check.mismatches, Mismatch(label, "HTTP 200, read to its end", detail)])
+    return answer
+
+
 def refused(exchange: Exchange) -> str | None:
     """None when ``exchange`` is refused as OpenAI refuses a bad request (a 4xx whose body is an
     error object, not an event stream); else what it was instead."""

@@ -16,7 +16,14 @@ from os.path import commonpath
 
 from hypothesis import Phase
 
-from conformance.cases.openai._common import answered, apis, make, openai_case, support
+from conformance.cases.openai._common import (
+    answered,
+    answered_unless_refused,
+    apis,
+    make,
+    openai_case,
+    support,
+)
 from conformance.cases.openai.pool import request_repro
 from conformance.drivers.openai.exchange import OpenAIRequest
 from conformance.harness.context import Ctx
@@ -71,12 +78,14 @@ def judge_pair(pair: Pair, clause: str) -> list[Mismatch]:
     return out
 
 
-async def pair_of(ctx: Ctx, request: OpenAIRequest) -> Pair:
-    whole = await answered(
-        ctx, request.with_body(stream=None, stream_options=None), "the request not streamed"
-    )
-    streamed = await answered(ctx, request.with_body(stream=True), "the request streamed")
-    return Pair(whole, streamed)
+async def pair_of(ctx: Ctx, request: OpenAIRequest) -> Pair | None:
+    """The request not streamed and streamed; None when the server refuses either."""
+    plain = request.with_body(stream=None, stream_options=None)
+    whole = await answered_unless_refused(ctx, plain, "the request not streamed")
+    if whole is None:
+        return None
+    streamed = await answered_unless_refused(ctx, request.with_body(stream=True), "the request streamed")
+    return Pair(whole, streamed) if streamed is not None else None
 
 
 def pair_requests(session: Session) -> list[OpenAIRequest]:
@@ -111,7 +120,8 @@ async def build_pairs(session: Session) -> list[Pair]:
     ctx = Ctx(session, PAIRS, {})
     try:
         requests = await asyncio.to_thread(pair_requests, session)
-        return [await pair_of(ctx, r) for r in requests]  # one at a time: nothing shares their batch
+        pairs = [await pair_of(ctx, r) for r in requests]  # one at a time: nothing shares their batch
+        return [p for p in pairs if p is not None]
     finally:
         await ctx.close()
 
@@ -127,9 +137,8 @@ def _pair_case(clause: str) -> None:
             return
 
         async def example(request: OpenAIRequest) -> list[Mismatch]:
-            if not support(ctx).has(request.api, "stream"):
-                return []
-            return judge_pair(await pair_of(ctx, request), clause)
+            pair = await pair_of(ctx, request) if support(ctx).has(request.api, "stream") else None
+            return judge_pair(pair, clause) if pair is not None else []
 
         strategy = openai_requests(support(ctx), ctx.tuning.max_tokens, greedy=True)
         outcome = await search(ctx, strategy, example)

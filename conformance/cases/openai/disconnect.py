@@ -21,6 +21,10 @@ from conformance.harness.outcome import CaseSkipped
 SHORT_TOKENS = 8
 ABANDONED_TOKENS = 1024  # what each abandoned stream asked for: ~128x a short request's work
 EVENTS_BEFORE_LEAVING = 3
+FILL_BYTES = 128 * 1024  # what an unread stream must have been written before others are timed
+FILL_CAP_S = 15.0
+RATE_TOKENS = 64
+SHORT_AFTER_FILL = 3
 
 
 async def long_request(ctx: Ctx, api: Api) -> OpenAIRequest:
@@ -103,9 +107,9 @@ async def disconnect_changes_no_other(ctx: Ctx) -> None:
     await leaving
     choice = together.view.choices.get(0)
     ctx.check.that(
-        together.view.done and choice is not None and len(choice.finishes) == 1,
+        choice is not None and bool(choice.finishes),
         "the other stream's end",
-        "one finish_reason and [DONE]",
+        "its choice finished",
         together.exchange.summary(),
     )
     text = choice.text if choice else ""
@@ -129,17 +133,32 @@ async def unread_stream_delays_nobody(ctx: Ctx) -> None:
         before.append(time.monotonic() - started)
     alone = max(before)
     limit = max(10 * alone, alone + 1.0 * ctx.budgets.scale)
+    fill_s = await time_to_fill(ctx, request)
     async with ctx.http.unread(request) as held:
         if held.status != 200:
             raise CaseSkipped(f"the long stream was not accepted: {held.summary()}")
-        await asyncio.sleep(max(0.5, 2 * alone))  # time for the server to fill the connection's buffers
-        started = time.monotonic()
-        exchange = await ctx.http.send(short, total_s=limit)
-        took = time.monotonic() - started
-    ctx.check.that(
-        exchange.status == 200 and exchange.end is End.OK,
-        "a short request while another client leaves its stream unread",
-        f"answered within {limit:.2f}s (10x the {alone:.2f}s it took alone)",
-        f"{exchange.summary()} after {took:.2f}s",
+        await asyncio.sleep(fill_s)  # the server has written more than the connection holds by now
+        took = []
+        for attempt in range(SHORT_AFTER_FILL):
+            started = time.monotonic()
+            exchange = await ctx.http.send(short, total_s=limit)
+            took.append(time.monotonic() - started)
+            if not ctx.check.that(
+                exchange.status == 200 and exchange.end is End.OK,
+                f"short request {attempt + 1} while another client leaves its stream unread",
+                f"answered within {limit:.2f}s (10x the {alone:.2f}s it took alone)",
+                f"{exchange.summary()} after {took[-1]:.2f}s",
+            ):
+                break
+    ctx.note(
+        f"alone: {alone:.2f}s; unread for {fill_s:.2f}s first; then: {', '.join(f'{t:.2f}s' for t in took)}"
     )
-    ctx.note(f"alone: {alone:.2f}s, beside the unread stream: {took:.2f}s")
+
+
+async def time_to_fill(ctx: Ctx, request: OpenAIRequest) -> float:
+    """How long the server takes to write FILL_BYTES of ``request``'s stream, from the rate one
+    read stream of it shows (capped by the case's budget: a slower server is judged on less)."""
+    exchange = await ctx.http.send(request.with_body(max_tokens=RATE_TOKENS), total_s=ctx.budgets.stream_s)
+    written = sum(len(e.data) + 8 for e in exchange.events)
+    rate = written / max(exchange.duration_s, 1e-3)
+    return min(max(0.5, FILL_BYTES / max(rate, 1.0)), FILL_CAP_S * ctx.budgets.scale)

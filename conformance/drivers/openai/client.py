@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -27,6 +28,7 @@ from httpx_sse import EventSource, SSEError
 from conformance.drivers.openai.exchange import End, Exchange, OpenAIRequest, SseEvent
 
 DEFAULT_PREFIX = "/v1"
+UNREAD_RCVBUF = 4096
 TRANSPORT_ERRORS = (httpx.HTTPError, SSEError, OSError, ValueError)
 
 
@@ -70,12 +72,25 @@ class OpenAIClient:
     def __init__(self, endpoint: OpenAIEndpoint, model: str = "", *, connect_s: float = 10.0) -> None:
         self.endpoint = endpoint
         self.model = model
+        self._http = self._client(endpoint, connect_s)
+        # A reader that stops: a small receive buffer, so the server meets a full connection after
+        # a few kilobytes instead of the megabytes a tuned loopback socket takes in.
+        self._unread = self._client(
+            endpoint, connect_s, socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, UNREAD_RCVBUF)]
+        )
+
+    @staticmethod
+    def _client(
+        endpoint: OpenAIEndpoint, connect_s: float, socket_options: list[tuple[int, int, int]] | None = None
+    ) -> httpx.AsyncClient:
         headers = {"authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
-        self._http = httpx.AsyncClient(
+        verify: ssl.SSLContext | bool = endpoint.tls if endpoint.tls is not None else True
+        return httpx.AsyncClient(
             headers=headers,
-            verify=endpoint.tls if endpoint.tls is not None else True,
+            verify=verify,
             timeout=httpx.Timeout(None, connect=connect_s),
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
+            transport=httpx.AsyncHTTPTransport(verify=verify, socket_options=socket_options),
             trust_env=False,  # a proxy from the environment would stand between the harness and the server
         )
 
@@ -89,6 +104,7 @@ class OpenAIClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        await self._unread.aclose()
 
     def body_of(self, request: OpenAIRequest) -> dict[str, Any]:
         body = dict(request.body)
@@ -145,11 +161,11 @@ class OpenAIClient:
         """A stream whose client never reads its body: sent, the status and headers read, then left
         unread until the block ends (the connection is closed then)."""
         exchange = Exchange(request, "POST", self.endpoint.url(request.path))
-        built = self._http.build_request("POST", exchange.url, json=self.body_of(request))
+        built = self._unread.build_request("POST", exchange.url, json=self.body_of(request))
         started = time.monotonic()
         try:
             async with asyncio.timeout(total_s):
-                response = await self._http.send(built, stream=True)
+                response = await self._unread.send(built, stream=True)
         except TRANSPORT_ERRORS as exc:
             exchange.end, exchange.detail = End.BROKEN, f"{type(exc).__name__}: {exc}"
             yield exchange
