@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from reference_server.engine.cpu import bf16_gemm_native
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.models.source import ModelSource, resolve_model
 
@@ -73,4 +74,6 @@ class ModelEngineConfig:
             return DTYPES[self.dtype]
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             return torch.float16
+        if device.type == "cpu" and self.weights == "dense" and not bf16_gemm_native():
+            return torch.float32  # bf16 is emulated here: 2-7x slower than float32 (int4 needs bf16)
         return torch.bfloat16

@@ -11,10 +11,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from reference_server.engine.cpu import bf16_gemm_native
+
 
 def prepack_supported(device: torch.device, dtype: torch.dtype) -> bool:
+    """oneDNN prepacks bf16 weights only where it multiplies bf16 natively (AVX-512 or AVX-NE-CONVERT)."""
     mkldnn = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
-    return device.type == "cpu" and dtype == torch.bfloat16 and bool(mkldnn)
+    return device.type == "cpu" and dtype == torch.bfloat16 and bool(mkldnn) and bf16_gemm_native()
 
 
 class PackedLinear(nn.Module):

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from reference_server.cache_dir import cache_dir
+from reference_server.engine.cpu import cpu_flags
 
 SOURCE = Path(__file__).with_name("forward.c")
 REQUIRED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512_bf16")
@@ -27,17 +28,6 @@ class KernelsUnavailable(RuntimeError):
     pass
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def _compiler() -> str:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
@@ -45,7 +35,7 @@ def _compiler() -> str:
     return compiler
 
 
-def _build(compiler: str, flags: set[str]) -> Path:
+def _build(compiler: str, flags: frozenset[str]) -> Path:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + " ".join(COMPILE_FLAGS).encode() + " ".join(sorted(flags)).encode())
     target = cache_dir() / "native" / f"forward-{key.hexdigest()[:16]}.so"
@@ -72,7 +62,7 @@ def load_kernels() -> ctypes.CDLL:
     """The compiled library, or KernelsUnavailable saying what is missing."""
     if platform.machine() not in ("x86_64", "AMD64"):
         raise KernelsUnavailable(f"the native kernels are x86-64 only, not {platform.machine()}")
-    flags = _cpu_flags()
+    flags = cpu_flags()
     missing = [f for f in REQUIRED_CPU_FLAGS if f not in flags]
     if missing:
         raise KernelsUnavailable(f"the CPU lacks {', '.join(missing)}")

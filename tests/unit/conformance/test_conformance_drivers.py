@@ -39,8 +39,8 @@ from lmrpc.v1 import (
     StoppingCriteria,
     TokenIds,
 )
-from reference_server.frontend.sglang.requests import to_lmrpc as sglang_to_lmrpc
-from reference_server.frontend.vllm.requests import to_lmrpc as vllm_to_lmrpc
+from reference_server.frontend.dialects.sglang_scheduler.requests import to_lmrpc as sglang_to_lmrpc
+from reference_server.frontend.dialects.vllm_engine.requests import to_lmrpc as vllm_to_lmrpc
 
 ROOT = Path(__file__).resolve().parents[3]
 EOS = 2

@@ -1,0 +1,43 @@
+"""The CPU's instruction set decides the default dtype: a CPU without native bf16 GEMMs (AVX2 only,
+as on many AMD EPYC hosts) runs float32, because torch emulates bf16 there several times slower and
+oneDNN refuses to prepack bf16 weights at all (the server died at start-up before)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reference_server.engine import cpu
+from reference_server.engine.config import ModelEngineConfig
+from reference_server.models.packed_linear import prepack_supported
+
+AVX2 = frozenset({"fma", "avx", "f16c", "avx2"})
+AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype", "packs"), [(AVX2, torch.float32, False), (AVX512, torch.bfloat16, True)]
+)
+def test_default_cpu_dtype_follows_native_bf16(
+    monkeypatch: pytest.MonkeyPatch, flags: frozenset[str], dtype: torch.dtype, packs: bool
+) -> None:
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: flags)
+    config = ModelEngineConfig(load_embedding_model=False)
+    assert config.torch_dtype(torch.device("cpu")) == dtype
+    assert prepack_supported(torch.device("cpu"), torch.bfloat16) is (
+        packs and torch.backends.mkldnn.is_available()
+    )
+
+
+def test_int4_keeps_bf16_without_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: AVX2)
+    config = ModelEngineConfig(load_embedding_model=False, weights="int4")
+    assert config.torch_dtype(torch.device("cpu")) == torch.bfloat16
+
+
+def test_an_explicit_dtype_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: AVX2)
+    assert (
+        ModelEngineConfig(load_embedding_model=False, dtype="bfloat16").torch_dtype(torch.device("cpu"))
+        == torch.bfloat16
+    )
