@@ -1,9 +1,10 @@
-"""Writes the clause-profile table of docs/conformance.md from ``conformance.spec.profiles``.
+"""Writes the clause-profile tables of docs/conformance.md from ``conformance.spec.profiles``: the
+gRPC protocols' table and the OpenAI-compatible HTTP profile's.
 
-    .venv/bin/python tools/profile_table.py          # rewrite the table in place
+    .venv/bin/python tools/profile_table.py          # rewrite the tables in place
     .venv/bin/python tools/profile_table.py --check  # exit 1 if the document is out of date
 
-The table sits between the two marker comments below; a unit test runs ``--check``'s comparison.
+Each table sits between its two marker comments below; a unit test runs ``--check``'s comparison.
 """
 
 from __future__ import annotations
@@ -11,26 +12,31 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from conformance.spec.profiles import markdown_table
+from conformance.spec.profiles import GRPC_PROFILES, OPENAI, Profile, markdown_table
 from conformance.spec.registry import all_cases
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "conformance.md"
-START, END = "<!-- profile-table:start -->", "<!-- profile-table:end -->"
+TABLES = {
+    ("<!-- profile-table:start -->", "<!-- profile-table:end -->"): GRPC_PROFILES,
+    ("<!-- openai-profile-table:start -->", "<!-- openai-profile-table:end -->"): (OPENAI,),
+}
 
 
-def table() -> str:
+def table(profiles: tuple[Profile, ...]) -> str:
     case_ids: dict[str, list[str]] = {}
     for case in all_cases():
         case_ids.setdefault(case.clause.id, []).append(case.id)
-    return markdown_table(case_ids)
+    return markdown_table(case_ids, profiles)
 
 
 def rendered(document: str) -> str:
-    head, start, rest = document.partition(START)
-    _, end, tail = rest.partition(END)
-    if not start or not end:
-        raise SystemExit(f"{DOC} has no {START} ... {END} section")
-    return f"{head}{START}\n{table()}\n{END}{tail}"
+    for (start_marker, end_marker), profiles in TABLES.items():
+        head, start, rest = document.partition(start_marker)
+        _, end, tail = rest.partition(end_marker)
+        if not start or not end:
+            raise SystemExit(f"{DOC} has no {start_marker} ... {end_marker} section")
+        document = f"{head}{start}\n{table(profiles)}\n{end}{tail}"
+    return document
 
 
 def main() -> int:

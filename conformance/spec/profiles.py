@@ -277,7 +277,9 @@ VLLM = Profile(
         ),
         "ABORT-2": reads(
             "(Abort reports no outcome) the stream ends promptly: every unfinished output gets a complete "
-            '"abort" counting the tokens delivered; status OK'
+            '"abort" counting the tokens delivered; status OK. No tail is counted after the Abort: nothing '
+            "advertises how many tokens a server keeps for a slow reader, so such a count would measure the "
+            "harness's reading, not the server"
         ),
         "ABORT-6": reads("an Abort that overtakes its Generate still wins (Abort reports no outcome)"),
         "SMG-4": reads(
@@ -333,7 +335,8 @@ SGLANG = Profile(
         ),
         "ABORT-2": reads(
             'success = true; the stream ends promptly: every unfinished output gets a complete "abort" counting '
-            "the tokens delivered; status OK"
+            "the tokens delivered; status OK. No tail is counted after the Abort: nothing advertises how many "
+            "tokens a server keeps for a slow reader, so such a count would measure the harness's reading"
         ),
         "ABORT-6": reads("an Abort that overtakes its Generate (success = false) still wins"),
         "SMG-4": reads(
@@ -476,7 +479,7 @@ OPENAI = Profile(
         "STOP-5": na("no `min_tokens` in OpenAI's API"),
         "STOP-6": reads("a stop string that starts inside a token cuts the text exactly where it starts"),
         "STOP-7": na("the stop string is never part of the content in OpenAI's API"),
-        "N-1": reads("`n` choices with indices exactly 0 … n−1, each finished once"),
+        "N-1": reads("`n` choices with indices exactly 0 … n−1 (each finished once: FINISH-1)"),
         "N-2": reads(
             "n = 2 charges the prompt once and both choices' tokens: two `length` choices of `max_tokens` "
             "each report 2 · `max_tokens`"

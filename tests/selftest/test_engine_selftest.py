@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conformance.spec.registry import all_cases, matches
+from reference_server.testing import ServerProcess
 
 from .lanes import Outcome, _cases, run_harness
 from .protocols.engine_proxy import EngineProxy
@@ -119,6 +120,21 @@ def test_auto_picks_each_ports_protocol(lanes: list[EngineLane], protocol: str) 
             settings
         )
         assert outcome.failing == set() and outcome.exit_code == 0, _explain(outcome)
+
+
+def test_the_default_fake_engine_passes_in_every_grpc_protocol() -> None:
+    """``lmrpc-server --engine fake`` as a new user starts it (no token delay: tokens come far faster
+    than a busy client reads them) must pass in lmrpc.v1 and both engine protocols: the harness
+    judges what the server did, never how far behind its own reading was (ABORT-2, ABORT-4)."""
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    with ServerProcess(engine="fake", args=("--sglang-port", "0")) as server:
+        for protocol in ("lmrpc", *ZOOS):
+            target = server.sglang_target if protocol == "sglang-scheduler" else server.target
+            extra = ("--protocol", protocol) + (("--assume", ASSUME[protocol]) if protocol in ASSUME else ())
+            outcome = run_harness(
+                target, REPORTS, f"default-fake-{protocol}", time_scale=TIME_SCALE, extra=extra
+            )
+            assert outcome.failing == set() and outcome.exit_code == 0, _explain(outcome)
 
 
 Job = tuple[str, type[EngineProxy]]

