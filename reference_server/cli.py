@@ -119,6 +119,14 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         "(0 picks a free one, written to --ready-file as 'sglang PORT' on the second line)",
     )
     parser.add_argument(
+        "--sglang-runtime-port",
+        type=int,
+        default=None,
+        help="also serve sglang.runtime.v1.SglangService (SGLang's native gRPC server: generate, embed, "
+        "OpenAI JSON pass-through, profiling, weight updates) on this port (0 picks a free one, written "
+        "to --ready-file as 'sglang-runtime PORT')",
+    )
+    parser.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -165,6 +173,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
             max_worker_restarts=args.max_worker_restarts,
             vllm_dialect=not args.no_vllm_dialect,
             sglang_port=args.sglang_port,
+            sglang_runtime_port=args.sglang_runtime_port,
             metrics_port=args.metrics_port,
         )
     except ValueError as exc:

@@ -132,6 +132,7 @@ class ServerConfig:
     max_worker_restarts: int = 3  # consecutive restarts after a worker dies; 0: exit instead
     vllm_dialect: bool = True  # also serve vllm.grpc.engine.VllmEngine (smg's vLLM worker protocol)
     sglang_port: int | None = None  # serve sglang.grpc.scheduler.SglangScheduler here (0: a free one)
+    sglang_runtime_port: int | None = None  # serve sglang.runtime.v1.SglangService here (0: a free one)
     metrics_port: int | None = None  # Prometheus metrics over HTTP on this port (0: a free one)
 
     def __post_init__(self) -> None:
@@ -145,5 +146,12 @@ class ServerConfig:
             raise ValueError(f"sglang_port={self.sglang_port} must be in [0, 65535]")
         if self.sglang_port and self.sglang_port == self.port:
             raise ValueError(f"sglang_port={self.sglang_port} must differ from port={self.port}")
+        if self.sglang_runtime_port is not None and not 0 <= self.sglang_runtime_port <= 65535:
+            raise ValueError(f"sglang_runtime_port={self.sglang_runtime_port} must be in [0, 65535]")
+        if self.sglang_runtime_port and self.sglang_runtime_port in (self.port, self.sglang_port):
+            raise ValueError(
+                f"sglang_runtime_port={self.sglang_runtime_port} must differ from port={self.port} "
+                f"and sglang_port={self.sglang_port}"
+            )
         if self.startup_timeout_s <= 0 or self.drain_timeout_s < 0:
             raise ValueError("startup_timeout_s must be > 0 and drain_timeout_s >= 0")

@@ -133,6 +133,19 @@ class EmbedTexts(msgspec.Struct, frozen=True, tag="embed"):
     texts: list[str]
 
 
+class StartProfile(msgspec.Struct, frozen=True, tag="start_profile"):
+    """Start recording a torch.profiler trace of the scheduler process (its engine steps)."""
+
+    query_id: int
+    output_dir: str  # where StopProfile writes the trace
+
+
+class StopProfile(msgspec.Struct, frozen=True, tag="stop_profile"):
+    """Stop the recording and write it to the StartProfile's folder as a chrome trace (JSON)."""
+
+    query_id: int
+
+
 class GrantTokens(msgspec.Struct, frozen=True, tag="grant_tokens"):
     """The request's outputs may now produce tokens until they have ``credit`` tokens in all: the
     frontend grants more as its client reads (FLOW-1). A request out of credit keeps its KV cache
@@ -165,6 +178,8 @@ SCHEDULER_INBOX = (
     | FlushCache
     | SetPaused
     | EmbedTexts
+    | StartProfile
+    | StopProfile
     | Shutdown
 )
 
@@ -265,6 +280,18 @@ class EmbedReply(msgspec.Struct, frozen=True, tag="embed_reply"):
     error: str | None = None  # e.g. a text longer than the embedding model's window
 
 
+#: Why an administrative command was refused, named as the gRPC status it becomes.
+AdminRefusal = Literal["invalid_argument", "not_found", "failed_precondition", "internal"]
+
+
+class AdminReply(msgspec.Struct, frozen=True, tag="admin_reply"):
+    """The outcome of an administrative command (profiler): what was done, or why not."""
+
+    query_id: int
+    message: str
+    refusal: AdminRefusal | None = None  # None: done
+
+
 class WorkerFailed(msgspec.Struct, frozen=True, tag="worker_failed"):
     """A worker hit an unrecoverable error; the frontend fails in-flight streams."""
 
@@ -328,6 +355,7 @@ FRONTEND_INBOX = (
     | FlushReply
     | PausedReply
     | EmbedReply
+    | AdminReply
     | WorkerFailed
     | RequestFailed
     | KvEvents

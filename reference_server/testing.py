@@ -42,6 +42,7 @@ class ServerProcess:
         self.env = env
         self.port = 0
         self.sglang_port = 0  # with --sglang-port: the port of the SGLang scheduler protocol
+        self.sglang_runtime_port = 0  # with --sglang-runtime-port: SGLang's native gRPC service
         self.process: subprocess.Popen[bytes] | None = None
         self._folder = Path(tempfile.mkdtemp(prefix="lmrpc-test-"))
         self.log_path = self._folder / "server.log"
@@ -53,6 +54,10 @@ class ServerProcess:
     @property
     def sglang_target(self) -> str:
         return f"127.0.0.1:{self.sglang_port}"
+
+    @property
+    def sglang_runtime_target(self) -> str:
+        return f"127.0.0.1:{self.sglang_runtime_port}"
 
     def start(self) -> ServerProcess:
         ready_file = self._folder / "ready"
@@ -78,6 +83,8 @@ class ServerProcess:
             name, _, port = line.partition(" ")
             if name == "sglang":
                 self.sglang_port = int(port)
+            elif name == "sglang-runtime":
+                self.sglang_runtime_port = int(port)
         return self
 
     def log(self) -> str:

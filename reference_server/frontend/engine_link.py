@@ -1,9 +1,9 @@
 """The frontend's side of the ZMQ pipeline: sends to the scheduler, receives from both workers.
 
-Replies to queries (load, flush, pause, embed) are matched to their asyncio futures by query id.
-Output batches are dispatched to the request table. If a worker reports a failure, or dies,
-``on_failure`` is called once. Nothing is dropped silently: the queue to the scheduler has no
-size limit (what the frontend admits bounds it), and a send that fails raises.
+Replies to queries (load, flush, pause, embed, administration) are matched to their asyncio
+futures by query id. Output batches are dispatched to the request table. If a worker reports a
+failure, or dies, ``on_failure`` is called once. Nothing is dropped silently: the queue to the
+scheduler has no size limit (what the frontend admits bounds it), and a send that fails raises.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ log = logging.getLogger("lmrpc.frontend")
 
 MAX_FRAMES_PER_WAKEUP = 64
 
-Reply = ipc.LoadReply | ipc.FlushReply | ipc.PausedReply | ipc.EmbedReply
+Reply = ipc.LoadReply | ipc.FlushReply | ipc.PausedReply | ipc.EmbedReply | ipc.AdminReply
 
 
 class WorkerUnavailableError(Exception):
@@ -187,7 +187,7 @@ class EngineLink:
             case ipc.RequestFailed():
                 log.error("request %s failed in the %s: %s", message.rid, message.process, message.message)
                 self._table.fail_rid(message.rid, Status.INTERNAL.value, message.message)
-            case ipc.LoadReply() | ipc.FlushReply() | ipc.PausedReply() | ipc.EmbedReply():
+            case ipc.LoadReply() | ipc.FlushReply() | ipc.PausedReply() | ipc.EmbedReply() | ipc.AdminReply():
                 future = self._queries.pop(message.query_id, None)
                 if future is not None and not future.done():
                     future.set_result(message)

@@ -13,6 +13,7 @@ from reference_server.config import IpcAddresses, ServerConfig
 from reference_server.engine.base import Engine
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.scheduler.engine_factory import create_engine
+from reference_server.scheduler.profiler import ProfilerStateError, SchedulerProfiler
 from reference_server.worker_io import WorkerSockets, run_worker
 
 log = logging.getLogger("lmrpc.scheduler")
@@ -46,12 +47,15 @@ class SchedulerLoop:
         self.to_frontend = to_frontend
         self.paused = False
         self.running = True
+        self.profiler = SchedulerProfiler()
 
     def run(self) -> None:
         while self.running:
             self._receive(block=self.paused or not self.engine.has_work())
             if self.running and not self.paused and self.engine.has_work():
-                self._send_outputs(self.engine.step())
+                with self.profiler.step_range():
+                    outputs = self.engine.step()
+                self._send_outputs(outputs)
             self._send_kv_events()
 
     def _receive(self, *, block: bool) -> None:
@@ -99,6 +103,10 @@ class SchedulerLoop:
                 self._reply(ipc.PausedReply(message.query_id, self.paused))
             case ipc.EmbedTexts():
                 self._reply(self._embed(message))
+            case ipc.StartProfile():
+                self._reply(self._start_profile(message))
+            case ipc.StopProfile():
+                self._reply(self._stop_profile(message))
             case ipc.Shutdown():
                 self.to_detokenizer.send(ipc.encode(message))
                 self.running = False
@@ -129,6 +137,28 @@ class SchedulerLoop:
             return ipc.EmbedReply(message.query_id, [], [], error=str(exc))
         return ipc.EmbedReply(message.query_id, vectors, counts)
 
+    def _start_profile(self, message: ipc.StartProfile) -> ipc.AdminReply:
+        try:
+            started = self.profiler.start(message.output_dir)
+        except ProfilerStateError as exc:
+            return ipc.AdminReply(message.query_id, str(exc), "failed_precondition")
+        except OSError as exc:
+            return ipc.AdminReply(
+                message.query_id,
+                f"output_dir={message.output_dir!r}: cannot write there: {exc}",
+                "invalid_argument",
+            )
+        return ipc.AdminReply(message.query_id, started)
+
+    def _stop_profile(self, message: ipc.StopProfile) -> ipc.AdminReply:
+        try:
+            path = self.profiler.stop()
+        except ProfilerStateError as exc:
+            return ipc.AdminReply(message.query_id, str(exc), "failed_precondition")
+        except OSError as exc:
+            return ipc.AdminReply(message.query_id, f"the trace could not be written: {exc}", "internal")
+        return ipc.AdminReply(message.query_id, f"Profiling stopped; the trace is {path}")
+
     def _send_outputs(self, outputs: list[ipc.SequenceOutput]) -> None:
         if outputs:
             self.to_detokenizer.send(ipc.encode(ipc.StepOutputs(outputs)))
@@ -138,5 +168,7 @@ class SchedulerLoop:
         if events:
             self.to_frontend.send(ipc.encode(ipc.KvEvents(KV_EVENT_BLOCK_SIZE, events)))
 
-    def _reply(self, message: ipc.LoadReply | ipc.FlushReply | ipc.PausedReply | ipc.EmbedReply) -> None:
+    def _reply(
+        self, message: ipc.LoadReply | ipc.FlushReply | ipc.PausedReply | ipc.EmbedReply | ipc.AdminReply
+    ) -> None:
         self.to_frontend.send(ipc.encode(message))

@@ -20,6 +20,7 @@ PROTOCOLS = {
     "lmrpc.v1": "lmrpc",
     "vllm.grpc.engine": "vllm",
     "sglang.grpc.scheduler": "sglang",
+    "sglang.runtime.v1": "sglang-runtime",
     "grpc.health.v1": "health",
     "grpc.reflection.v1": "reflection",
     "grpc.reflection.v1alpha": "reflection",

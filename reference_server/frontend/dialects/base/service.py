@@ -47,6 +47,7 @@ from reference_server.models.source import ModelSource
 
 DialectRequest = TypeVar("DialectRequest")
 DialectResponse = TypeVar("DialectResponse")
+Translated = TypeVar("Translated")
 
 
 class ServingRates(Protocol):
@@ -115,9 +116,17 @@ class DialectBase(StreamingDiscipline, ABC, Generic[DialectRequest, DialectRespo
     # ── generation ──────────────────────────────────────────────────────────────────────────
 
     async def generate(self, message: DialectRequest) -> AsyncIterator[DialectResponse]:
-        self._last_receive = time.time()
+        self._last_receive = time.time()  # a request refused in translation arrived too
         request = self.lmrpc_request(message)
-        translator = self.translator(message)
+        async for response in self.translated_generate(request, self.translator(message)):
+            yield response
+
+    async def translated_generate(
+        self, request: GenerateRequest, translator: GenerateTranslator[Translated]
+    ) -> AsyncIterator[Translated]:
+        """lmrpc.v1's Generate of ``request``, each event through ``translator`` (for a dialect
+        with more than one generating RPC)."""
+        self._last_receive = time.time()
         lmrpc_events = cast(AsyncGenerator[GenerateResponse], self.inference.generate(request))
         async with contextlib.aclosing(lmrpc_events) as events:
             async for event in events:

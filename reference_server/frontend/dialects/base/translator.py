@@ -31,10 +31,12 @@ class OutputSoFar:
 
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    text: str = ""  # empty unless the lmrpc.v1 request asked for text
 
     def add(self, delta: TokenDelta) -> None:
         self.token_ids += delta.token_ids
         self.logprobs += delta.logprobs
+        self.text += delta.text
 
 
 class CompleteCounts(TypedDict):

@@ -1,0 +1,1 @@
+"""SGLang's native gRPC service (``sglang.runtime.v1.SglangService``) on top of lmrpc.v1."""
