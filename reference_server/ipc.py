@@ -146,6 +146,14 @@ class StopProfile(msgspec.Struct, frozen=True, tag="stop_profile"):
     query_id: int
 
 
+class UpdateWeights(msgspec.Struct, frozen=True, tag="update_weights"):
+    """Replace the model's weights by those at ``model_path`` (a .gguf file or a Hugging Face
+    directory of the same shape), between steps; requests in flight go on."""
+
+    query_id: int
+    model_path: str
+
+
 class GrantTokens(msgspec.Struct, frozen=True, tag="grant_tokens"):
     """The request's outputs may now produce tokens until they have ``credit`` tokens in all: the
     frontend grants more as its client reads (FLOW-1). A request out of credit keeps its KV cache
@@ -180,6 +188,7 @@ SCHEDULER_INBOX = (
     | EmbedTexts
     | StartProfile
     | StopProfile
+    | UpdateWeights
     | Shutdown
 )
 
@@ -285,7 +294,7 @@ AdminRefusal = Literal["invalid_argument", "not_found", "failed_precondition", "
 
 
 class AdminReply(msgspec.Struct, frozen=True, tag="admin_reply"):
-    """The outcome of an administrative command (profiler): what was done, or why not."""
+    """The outcome of an administrative command (profiler, weight update): what was done, or why not."""
 
     query_id: int
     message: str

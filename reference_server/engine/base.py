@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from reference_server.ipc import EngineInfo, EngineLoad, KvCacheEvent, SequenceOutput, SubmitRequest
+from reference_server.models.source import ModelSource
 
 
 class Engine(Protocol):
@@ -74,4 +75,10 @@ class Engine(Protocol):
     def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
         """L2-normalized embedding per text and its token count. Raises ValueError for a text
         longer than the embedding model's window."""
+        ...
+
+    def update_weights(self, source: ModelSource) -> str:
+        """Replace the model's weights by ``source``'s, between steps, without dropping requests
+        in flight; returns what was done. Raises ValueError (CheckpointMismatchError for a shape
+        that does not fit) or OSError and then serves on with the weights it had."""
         ...

@@ -39,6 +39,7 @@ from reference_server.ipc import (
     TokenLogprob,
     derive_seed,
 )
+from reference_server.models.source import ModelSource
 
 ECHO_LOGIT = 4.0
 OTHER_LOGIT_STEP = 0.5
@@ -237,6 +238,10 @@ class FakeEngine:
             vectors.append([x / norm for x in total])
             counts.append(len(ids))
         return vectors, counts
+
+    def update_weights(self, source: ModelSource) -> str:
+        """The fake engine has no weights: a loadable path is accepted and changes nothing."""
+        return f"The fake engine has no weights: {source.path} was accepted without effect."
 
     # ── internals ───────────────────────────────────────────────────────────────────────────
 

@@ -28,8 +28,15 @@ from reference_server.ipc import (
     TokenLogprob,
     derive_seed,
 )
-from reference_server.models.loader import PREPACK_BATCH_HINT, load_llama
+from reference_server.models.llama import LlamaModel
+from reference_server.models.loader import (
+    PREPACK_BATCH_HINT,
+    check_checkpoint_fits,
+    load_llama,
+    load_weights,
+)
 from reference_server.models.packed_linear import prepack_supported
+from reference_server.models.source import ModelSource
 from reference_server.models.tokenizer import load_tokenizer
 
 log = logging.getLogger("lmrpc.engine")
@@ -198,12 +205,38 @@ class ModelEngine:
         return self.kv.flush()
 
     def drain_kv_events(self) -> list[KvCacheEvent]:
-        return self.kv.cache.drain_events()
+        return self.kv.drain_events()
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
         if self.embedder is None:
             raise ValueError("this engine was started without an embedding model")
         return self.embedder.embed(texts)
+
+    def update_weights(self, source: ModelSource) -> str:
+        """New weights for the same model shape, between two steps. The checkpoint is loaded and
+        checked off to the side (any failure leaves the served model as it was); then the model
+        is swapped, the native kernels' packed copies are made afresh, and the prefix cache is
+        retired (``KVManager.retire_cache``). Requests in flight go on: their next tokens come
+        from the new weights, over the KV their earlier tokens computed with the old ones."""
+        config, weights = load_weights(source)
+        check_checkpoint_fits(self.model.config, config, weights)
+        model = LlamaModel(config, self.dtype, self.device)
+        model.load_hf_state_dict(weights, int4_weights=self.config.weights == "int4")
+        model.eval()
+        native = None
+        if self.runner.native is not None:
+            native = NativeModel(model, self.kv.pool, self.runner.table)
+        elif prepack_supported(self.device, self.dtype):
+            model.prepack_weights(PREPACK_BATCH_HINT)
+        self.model = self.runner.model = model
+        self.runner.native = native
+        released = self.kv.retire_cache()
+        in_flight = len(self.batcher.running) + len(self.batcher.waiting)
+        log.info("weights replaced from %s (%d requests in flight go on with them)", source.path, in_flight)
+        return (
+            f"Updated the weights from {source.path}; {in_flight} request(s) in flight go on with them; "
+            f"the prefix cache was reset ({released} cached KV tokens released)."
+        )
 
     # ── internals ───────────────────────────────────────────────────────────────────────────
 

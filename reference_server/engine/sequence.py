@@ -27,6 +27,7 @@ class Sequence:
     row: int | None = None  # slot-table row while admitted
     generator: torch.Generator | None = None  # seeded with derive_seed(seed, output_index)
     finished: bool = False
+    cache_version: int = 0  # the weights it was admitted under (KVManager.retire_cache)
 
     @property
     def num_tokens(self) -> int:

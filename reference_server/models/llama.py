@@ -67,6 +67,31 @@ class LlamaConfig:
         return self.num_kv_heads * self.head_dim
 
 
+def hf_tensor_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor of a Hugging Face Llama checkpoint of this configuration, and its shape
+    (``lm_head.weight`` too, which a tied checkpoint may leave out)."""
+    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (v, h),
+        "model.norm.weight": (h,),
+        "lm_head.weight": (v, h),
+    }
+    for layer in range(config.num_layers):
+        p = f"model.layers.{layer}."
+        shapes |= {
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (config.q_size, h),
+            p + "self_attn.k_proj.weight": (config.kv_size, h),
+            p + "self_attn.v_proj.weight": (config.kv_size, h),
+            p + "self_attn.o_proj.weight": (h, config.q_size),
+            p + "mlp.gate_proj.weight": (i, h),
+            p + "mlp.up_proj.weight": (i, h),
+            p + "mlp.down_proj.weight": (h, i),
+        }
+    return shapes
+
+
 class Attention(Protocol):
     """What a decoder layer needs from the attention backend for the current step."""
 

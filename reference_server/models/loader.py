@@ -7,11 +7,15 @@ import torch
 from reference_server.models.gguf_weights import load_gguf_llama
 from reference_server.models.hf_weights import load_hf_llama
 from reference_server.models.int4_linear import int4_supported
-from reference_server.models.llama import LlamaConfig, LlamaModel
+from reference_server.models.llama import LlamaConfig, LlamaModel, hf_tensor_shapes
 from reference_server.models.packed_linear import prepack_supported
 from reference_server.models.source import ModelSource
 
 PREPACK_BATCH_HINT = 32  # the row count oneDNN tunes the packed layout for (numbers do not depend on it)
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint that does not fit the served model's shape; the message says where."""
 
 
 def load_weights(source: ModelSource) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
@@ -38,3 +42,28 @@ def load_llama(
     if prepack and prepack_supported(device, dtype):
         model.prepack_weights(PREPACK_BATCH_HINT)
     return model.eval()
+
+
+def check_checkpoint_fits(served: LlamaConfig, config: LlamaConfig, weights: dict[str, torch.Tensor]) -> None:
+    """Raise CheckpointMismatchError unless ``config`` and ``weights`` have exactly the served
+    model's configuration, tensor names and shapes (a shape that only broadcasts is refused too)."""
+    differing = [
+        f"{name}={getattr(config, name)!r} (served: {getattr(served, name)!r})"
+        for name in served.__dataclass_fields__
+        if getattr(config, name) != getattr(served, name)
+    ]
+    if differing:
+        raise CheckpointMismatchError(f"the checkpoint's configuration differs: {', '.join(differing)}")
+    expected = hf_tensor_shapes(served)
+    optional = {"lm_head.weight"} if served.tie_embeddings else set()  # tied checkpoints may keep a copy
+    missing = sorted(set(expected) - set(weights) - optional)
+    unexpected = sorted(set(weights) - set(expected))
+    if missing or unexpected:
+        raise CheckpointMismatchError(
+            f"the checkpoint's tensors differ: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+    for name, tensor in weights.items():
+        if tuple(tensor.shape) != expected[name]:
+            raise CheckpointMismatchError(
+                f"tensor {name} has shape {tuple(tensor.shape)}; the served model's is {expected[name]}"
+            )

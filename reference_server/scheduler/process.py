@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import assert_never
 
 import msgspec
@@ -12,6 +13,8 @@ from reference_server import ipc
 from reference_server.config import IpcAddresses, ServerConfig
 from reference_server.engine.base import Engine
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
+from reference_server.models.loader import CheckpointMismatchError
+from reference_server.models.source import ModelNotFoundError, resolve_model
 from reference_server.scheduler.engine_factory import create_engine
 from reference_server.scheduler.profiler import ProfilerStateError, SchedulerProfiler
 from reference_server.worker_io import WorkerSockets, run_worker
@@ -107,6 +110,8 @@ class SchedulerLoop:
                 self._reply(self._start_profile(message))
             case ipc.StopProfile():
                 self._reply(self._stop_profile(message))
+            case ipc.UpdateWeights():
+                self._reply(self._update_weights(message))
             case ipc.Shutdown():
                 self.to_detokenizer.send(ipc.encode(message))
                 self.running = False
@@ -158,6 +163,33 @@ class SchedulerLoop:
         except OSError as exc:
             return ipc.AdminReply(message.query_id, f"the trace could not be written: {exc}", "internal")
         return ipc.AdminReply(message.query_id, f"Profiling stopped; the trace is {path}")
+
+    def _update_weights(self, message: ipc.UpdateWeights) -> ipc.AdminReply:
+        """Runs between two steps, so every step runs on one set of weights; a refusal leaves
+        the engine serving the weights it had."""
+        query, path = message.query_id, message.model_path
+        if not Path(path).expanduser().exists():
+            return ipc.AdminReply(query, f"model_path={path!r} does not exist", "not_found")
+        try:
+            source = resolve_model(path)
+        except ModelNotFoundError as exc:
+            return ipc.AdminReply(
+                query, f"model_path={path!r} is not a loadable model: {exc}", "invalid_argument"
+            )
+        try:
+            done = self.engine.update_weights(source)
+        except CheckpointMismatchError as exc:
+            return ipc.AdminReply(
+                query, f"model_path={path!r} does not fit the served model: {exc}", "failed_precondition"
+            )
+        except (ValueError, OSError) as exc:
+            return ipc.AdminReply(
+                query, f"model_path={path!r} could not be loaded: {exc}", "invalid_argument"
+            )
+        except Exception as exc:
+            log.exception("the weights of %s could not be loaded", path)
+            return ipc.AdminReply(query, f"model_path={path!r} could not be loaded: {exc}", "internal")
+        return ipc.AdminReply(query, done)
 
     def _send_outputs(self, outputs: list[ipc.SequenceOutput]) -> None:
         if outputs:

@@ -24,6 +24,7 @@ from grpclib.client import Channel
 from lmrpc._gen.sglang.runtime import v1 as rt
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import GenerateRequest, GetLoadRequest, SamplingParams, StoppingCriteria, TokenIds
+from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle
 from reference_server.testing import ServerProcess
 
@@ -451,6 +452,30 @@ def test_profile_writes_a_chrome_trace_of_the_scheduler(server: ServerProcess, t
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(e.get("name") == "engine.step" for e in events)
     assert twice.status is not_started.status is Status.FAILED_PRECONDITION
+
+
+def test_update_weights_from_disk_on_the_fake_engine(server: ServerProcess) -> None:
+    """The fake engine has no weights: a loadable path is accepted without effect; a path that
+    does not exist is refused, naming model_path."""
+    model = str(resolve_model(None).path)
+
+    async def body(stub: rt.SglangServiceStub) -> tuple[Any, GRPCError, GRPCError, GRPCError]:
+        return (
+            await stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path=model)),
+            await status_of(
+                stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path="/nonexistent/model"))
+            ),
+            await status_of(
+                stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path=model, load_format="pt"))
+            ),
+            await status_of(stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path=""))),
+        )
+
+    accepted, missing, format_, empty = run(server, body)
+    assert accepted.success and "fake engine" in accepted.message
+    assert missing.status is Status.NOT_FOUND and "model_path='/nonexistent/model'" in (missing.message or "")
+    assert format_.status is Status.UNIMPLEMENTED and "load_format='pt'" in (format_.message or "")
+    assert empty.status is Status.INVALID_ARGUMENT and "model_path" in (empty.message or "")
 
 
 BAD_INPUTS: list[tuple[str, Callable[[rt.SglangServiceStub], Awaitable[Any]], Status, str]] = [

@@ -3,7 +3,7 @@ process, served by the reference frontend on a port of its own (``--sglang-runti
 
 A translation layer like the other dialects (``dialects/base/``): generation goes through
 lmrpc.v1's Generate, embeddings through its Embed, the rest through its ControlService, and the
-profiler through the frontend's engine administration. ``docs/sglang-runtime-dialect.md`` maps
+profiler and weight updates through the frontend's engine administration. ``docs/sglang-runtime-dialect.md`` maps
 every RPC and field, and says what the protocol cannot express.
 """
 
@@ -77,6 +77,7 @@ from reference_server.frontend.dialects.sglang_runtime.responses import TextTran
 from reference_server.frontend.engine_admin import EngineAdmin
 
 SERVICE = "sglang.runtime.v1.SglangService"
+LOAD_FORMATS = ("auto", "gguf", "safetensors")
 PAUSE_MODES = ("abort", "retract", "in_place")  # SGLang's PauseGenerationReqInput.mode values
 NO_CLASSIFIER = "it serves no classification model (only a generation model and an embedding model)"
 
@@ -348,7 +349,28 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
         return rt.StopProfileResponse(message=await self.admin.stop_profile())
 
     async def update_weights_from_disk(self, message: rt.UpdateWeightsRequest) -> rt.UpdateWeightsResponse:
-        raise unimplemented("UpdateWeightsFromDisk", "the engine cannot reload weights yet")
+        """Reloads the weights in the scheduler between two engine steps; streams in flight go
+        on. A refusal is a status, the weights served unchanged: INVALID_ARGUMENT (no path, or
+        not a loadable model), NOT_FOUND (no such path), FAILED_PRECONDITION (another shape),
+        UNIMPLEMENTED (a load_format other than auto, gguf or safetensors)."""
+        path = message.model_path
+        if not path:
+            raise GRPCError(Status.INVALID_ARGUMENT, "model_path must name a .gguf file or a model directory")
+        check_load_format(message.load_format, path)
+        return rt.UpdateWeightsResponse(success=True, message=await self.admin.update_weights(path))
+
+
+def check_load_format(load_format: str | None, path: str) -> None:
+    """``auto`` (or none) takes either kind of checkpoint; ``gguf`` and ``safetensors`` must
+    match the path's kind; SGLang's other formats are not read by this server."""
+    if load_format in (None, "", "auto"):
+        return
+    if load_format not in LOAD_FORMATS:
+        raise unimplemented(f"load_format={load_format!r}", f"this server reads {', '.join(LOAD_FORMATS)}")
+    is_gguf = path.endswith(".gguf")
+    if (load_format == "gguf") != is_gguf:
+        kind = "a .gguf file" if load_format == "gguf" else "a Hugging Face directory of *.safetensors"
+        raise GRPCError(Status.INVALID_ARGUMENT, f"load_format={load_format!r} needs {kind}, not {path!r}")
 
 
 def _no_text(token_id: int) -> None:

@@ -1,0 +1,140 @@
+"""UpdateWeightsFromDisk (sglang.runtime.v1) on the real model: new weights change what the
+server generates, the original ones bring it back, a stream in flight across the swap ends
+normally, and checkpoints that cannot be served are refused while the model keeps serving.
+
+The perturbed checkpoint is the embedded model's own weights with the final norm negated (so
+every logit flips sign and greedy decoding picks other tokens), written as a Hugging Face
+directory; the original is reloaded from the embedded GGUF file itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from engine_driver import write_tiny_checkpoint
+from grpclib import GRPCError, Status
+from grpclib.client import Channel
+from safetensors.torch import save_file
+
+from lmrpc._gen.sglang.runtime import v1 as rt
+from reference_server.models.loader import load_weights
+from reference_server.models.source import resolve_model
+from reference_server.models.tokenizer import TokenizerBundle
+from reference_server.testing import ServerProcess
+
+pytestmark = pytest.mark.model
+
+PROMPT = "The capital of France is"
+IN_FLIGHT_TOKENS = 24  # long enough to still run when the pause arrives after its first response
+TIMEOUT_S = 240.0
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    args = ("--sglang-runtime-port", "0", "--no-embedding", "--kv-tokens", "2048", "--max-running", "4")
+    with ServerProcess(
+        engine="model", args=args, startup_timeout_s=300, env={"OMP_NUM_THREADS": "1"}
+    ) as running:
+        yield running
+
+
+def write_negated_checkpoint(folder: Path, tokenizer: TokenizerBundle) -> None:
+    source = resolve_model(None)
+    config, weights = load_weights(source)
+    weights["model.norm.weight"] = -weights["model.norm.weight"]
+    save_file(
+        {name: tensor.to(torch.bfloat16).contiguous() for name, tensor in weights.items()},
+        str(folder / "model.safetensors"),
+    )
+    hf_config = {
+        "model_type": "llama",
+        "num_hidden_layers": config.num_layers,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+        "rope_theta": config.rope_theta,
+        "rms_norm_eps": config.rms_norm_eps,
+        "vocab_size": config.vocab_size,
+        "max_position_embeddings": config.max_context_tokens,
+        "tie_word_embeddings": config.tie_embeddings,
+    }
+    (folder / "config.json").write_text(json.dumps(hf_config))
+    tokenizer.tokenizer.save(str(folder / "tokenizer.json"))
+
+
+def greedy(max_new_tokens: int, *, stream: bool = False) -> rt.TextGenerateRequest:
+    params = rt.SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, ignore_eos=True)
+    return rt.TextGenerateRequest(text=PROMPT, sampling_params=params, stream=stream)
+
+
+async def text_of(stub: rt.SglangServiceStub) -> str:
+    (response,) = [r async for r in stub.text_generate(greedy(6))]
+    return response.text
+
+
+async def refusal(stub: rt.SglangServiceStub, path: Path) -> GRPCError:
+    with pytest.raises(GRPCError) as refused:
+        await stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path=str(path)))
+    return refused.value
+
+
+def test_update_weights_changes_generation_and_streams_in_flight_go_on(
+    server: ServerProcess, tokenizer: TokenizerBundle, tmp_path: Path
+) -> None:
+    negated, tiny = tmp_path / "negated", tmp_path / "tiny"
+    negated.mkdir()
+    tiny.mkdir()
+    write_negated_checkpoint(negated, tokenizer)
+    write_tiny_checkpoint(tiny, tokenizer)
+    original_path = resolve_model(None).path
+
+    async def body(stub: rt.SglangServiceStub) -> dict[str, Any]:
+        seen: dict[str, Any] = {"original": await text_of(stub)}
+        stream: AsyncIterator[rt.TextGenerateResponse] = stub.text_generate(
+            greedy(IN_FLIGHT_TOKENS, stream=True)
+        )
+        first = await anext(stream)  # the request runs: its prompt and first token used the old weights
+        await stub.pause_generation(rt.PauseGenerationRequest(mode="in_place"))
+        seen["swapped"] = await stub.update_weights_from_disk(
+            rt.UpdateWeightsRequest(model_path=str(negated))
+        )
+        await stub.continue_generation(rt.ContinueGenerationRequest())
+        seen["in_flight"] = [first] + [r async for r in stream]
+        seen["negated"] = await text_of(stub)
+        seen["missing"] = await refusal(stub, tmp_path / "no-such-model")
+        seen["tiny"] = await refusal(stub, tiny)
+        seen["still_negated"] = await text_of(stub)
+        seen["restored"] = await stub.update_weights_from_disk(
+            rt.UpdateWeightsRequest(model_path=str(original_path))
+        )
+        seen["back"] = await text_of(stub)
+        return seen
+
+    async def main() -> dict[str, Any]:
+        channel = Channel("127.0.0.1", server.sglang_runtime_port)
+        try:
+            return await asyncio.wait_for(body(rt.SglangServiceStub(channel)), TIMEOUT_S)
+        finally:
+            channel.close()
+
+    seen = asyncio.run(main())
+    assert seen["swapped"].success and seen["restored"].success
+    assert seen["negated"] != seen["original"] and seen["back"] == seen["original"]
+    in_flight = seen["in_flight"]
+    assert [r.finished for r in in_flight] == [False] * (len(in_flight) - 1) + [True]
+    finish = json.loads(in_flight[-1].meta_info["finish_reason"])
+    assert finish == {"type": "length", "length": IN_FLIGHT_TOKENS}
+    assert in_flight[-1].text.startswith(in_flight[0].text)  # cumulative across the swap
+    assert seen["missing"].status is Status.NOT_FOUND and "no-such-model" in (seen["missing"].message or "")
+    assert seen["tiny"].status is Status.FAILED_PRECONDITION and "num_layers=2" in (
+        seen["tiny"].message or ""
+    )
+    assert seen["still_negated"] == seen["negated"]  # the refusals left the served weights alone
