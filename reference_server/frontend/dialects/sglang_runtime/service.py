@@ -13,7 +13,7 @@ import contextlib
 import json
 import tempfile
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import cast
+from typing import Any, TypeVar, cast
 
 from grpclib import GRPCError, Status
 
@@ -73,12 +73,17 @@ from reference_server.frontend.dialects.sglang_runtime.requests import (
     renamed,
     text_generate_options,
 )
-from reference_server.frontend.dialects.sglang_runtime.responses import TextTranslator, TokenTranslator
+from reference_server.frontend.dialects.sglang_runtime.responses import (
+    CumulativeTranslator,
+    TextTranslator,
+    TokenTranslator,
+)
 from reference_server.frontend.engine_admin import EngineAdmin
 
 SERVICE = "sglang.runtime.v1.SglangService"
 LOAD_FORMATS = ("auto", "gguf", "safetensors")
 PAUSE_MODES = ("abort", "retract", "in_place")  # SGLang's PauseGenerationReqInput.mode values
+Cumulative = TypeVar("Cumulative", bound=CumulativeTranslator[Any])
 NO_CLASSIFIER = "it serves no classification model (only a generation model and an embedding model)"
 
 
@@ -93,13 +98,11 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
         return self._generate_options(message).request
 
     def translator(self, message: rt.GenerateRequest) -> TokenTranslator:
-        options = self._generate_options(message)
-        return TokenTranslator(stream=options.stream, logprobs=self._logprob_options(options))
+        return self._translator(TokenTranslator, self._generate_options(message))
 
     async def generate(self, message: rt.GenerateRequest) -> AsyncIterator[rt.GenerateResponse]:
         options = self._generate_options(message)
-        translator = TokenTranslator(stream=options.stream, logprobs=self._logprob_options(options))
-        translated = self.translated_generate(options.request, translator)
+        translated = self.translated_generate(options.request, self._translator(TokenTranslator, options))
         async for response in renamed(
             cast(AsyncGenerator[rt.GenerateResponse], translated), NATIVE_FIELD_NAMES
         ):
@@ -107,8 +110,7 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
 
     async def text_generate(self, message: rt.TextGenerateRequest) -> AsyncIterator[rt.TextGenerateResponse]:
         options = text_generate_options(message)
-        translator = TextTranslator(stream=options.stream, logprobs=self._logprob_options(options))
-        translated = self.translated_generate(options.request, translator)
+        translated = self.translated_generate(options.request, self._translator(TextTranslator, options))
         async for response in renamed(
             cast(AsyncGenerator[rt.TextGenerateResponse], translated), NATIVE_FIELD_NAMES
         ):
@@ -117,11 +119,12 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
     def _generate_options(self, message: rt.GenerateRequest) -> GenerateOptions:
         return generate_options(message, self.ctx.serving_engine().info.vocab_size)
 
-    def _logprob_options(self, options: GenerateOptions) -> LogprobOptions | None:
-        if options.logprobs is None:
-            return None
-        text = self._token_text if options.logprobs.with_text else _no_text
-        return LogprobOptions(options.logprobs.top, text)
+    def _translator(self, kind: type[Cumulative], options: GenerateOptions) -> Cumulative:
+        logprobs = None
+        if options.logprobs is not None:
+            text = self._token_text if options.logprobs.with_text else _no_text
+            logprobs = LogprobOptions(options.logprobs.top, text)
+        return kind(stream=options.stream, logprobs=logprobs)
 
     def _token_text(self, token_id: int) -> str:
         return self.ctx.ready_engine().tokenizer.decode([token_id], skip_special_tokens=False)
