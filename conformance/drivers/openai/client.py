@@ -131,7 +131,8 @@ class OpenAIClient:
                 "POST", exchange.url, json=self.body_of(request), headers=dict(headers or {})
             ),
             total_s,
-            idle_s,
+            # a body comes whole when the answer is done: silence until then is the work, not a hang
+            idle_s if request.stream else total_s,
             disconnect_after,
             on_event,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from conformance.drivers.openai.support import State, learn
 from conformance.drivers.openai.view import view_of
 from conformance.harness.outcome import CaseResult, Mismatch, Verdict
 from conformance.report.http_repro import http_script
-from conformance.report.implementations import Naming, matrix, report_of
+from conformance.report.implementations import Naming, load_reports, matrix, report_of
 from conformance.report.model import RunReport
 from conformance.spec.profiles import OPENAI, PROFILES
 from conformance.spec.registry import all_cases, select
@@ -115,8 +116,14 @@ BROKEN: list[tuple[str, Any]] = [
     ("FINISH-1", lambda c: [*c[:3], chunk(delta(0, None, "length")), c[3]]),  # a second finish
     ("FINISH-1", lambda c: [*c[:3], chunk(delta(1, "late")), c[3]]),  # content after the finish
     ("STREAM-1", lambda c: c[1:]),  # no role
-    ("N-1", lambda c: [chunk(delta(0, "", role="assistant")), chunk(delta(0, "Hello", "length")), c[3]]),  # no choice 1
-    ("FINISH-1", lambda c: [c[0], c[1], chunk(delta(0, " there", "length")), c[3]]),  # choice 1 never finishes
+    (
+        "N-1",
+        lambda c: [chunk(delta(0, "", role="assistant")), chunk(delta(0, "Hello", "length")), c[3]],
+    ),  # no choice 1
+    (
+        "FINISH-1",
+        lambda c: [c[0], c[1], chunk(delta(0, " there", "length")), c[3]],
+    ),  # choice 1 never finishes
     ("REQ-2", lambda c: [c[0], {**c[1], "id": "other"}, *c[2:]]),
 ]
 
@@ -241,3 +248,11 @@ def test_an_exchange_summary_names_status_type_and_end() -> None:
     exchange = Exchange(None, "GET", "http://x", 503, {"content-type": "application/json"}, "{}", end=End.OK)
     assert exchange.summary() == "HTTP 503, application/json, 2 bytes, ended ok"
     assert view_of(exchange).choices == {}
+
+
+def test_the_implementations_document_is_rendered_from_the_committed_reports() -> None:
+    root = Path(__file__).resolve().parents[3]
+    reports = load_reports(str(root / "docs" / "reports"))
+    assert len(reports) >= 4, "docs/reports holds too few implementation reports"
+    document = (root / "docs" / "implementations.md").read_text(encoding="utf-8")
+    assert matrix(reports) == document, "run: conformance report docs/reports --out docs/implementations.md"
