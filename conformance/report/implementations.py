@@ -168,8 +168,11 @@ def _details(report: dict[str, Any]) -> list[str]:
     if failed:
         lines += ["", "Failed:", ""] + [f"- `{c['id']}`: {_cell(c.get('reason', ''))}" for c in failed]
     if known:
+        by_reason: dict[str, list[str]] = {}
+        for c in known:
+            by_reason.setdefault(_cell(c.get("baseline_reason", "")), []).append(f"`{c['id']}`")
         lines += ["", "Known failures (the baseline's reasons):", ""]
-        lines += [f"- `{c['id']}`: {_cell(c.get('baseline_reason', ''))}" for c in known]
+        lines += [f"- {', '.join(ids)}: {reason}" for reason, ids in by_reason.items()]
     if skipped:
         reasons = Counter(_cell(c.get("reason", "")) for c in skipped)
         lines += ["", f"Skipped ({len(skipped)}):", ""]

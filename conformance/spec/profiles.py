@@ -506,7 +506,9 @@ OPENAI = Profile(
         ),
         "ERR-3": reads("the error's `param` or `message` names the offending field"),
         "ERR-4": reads("an unknown path, or a model the server does not list, is a 404 with an error object"),
-        "ERR-5": AS_WRITTEN,
+        "ERR-5": reads(
+            "after bad requests of every kind (a body that is not JSON included) the next valid request is answered"
+        ),
         "MALFORMED-1": reads(
             "a body that is not JSON, or a field of the wrong JSON type, is a 4xx with an error object"
         ),
