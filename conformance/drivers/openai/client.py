@@ -73,6 +73,7 @@ class OpenAIClient:
         self.endpoint = endpoint
         self.model = model
         self._http = self._client(endpoint, connect_s)
+        self._fresh = self._client(endpoint, connect_s, keep_alive=False)
         # A reader that stops: a small receive buffer, so the server meets a full connection after
         # a few kilobytes instead of the megabytes a tuned loopback socket takes in.
         self._unread = self._client(
@@ -81,7 +82,11 @@ class OpenAIClient:
 
     @staticmethod
     def _client(
-        endpoint: OpenAIEndpoint, connect_s: float, socket_options: list[tuple[int, int, int]] | None = None
+        endpoint: OpenAIEndpoint,
+        connect_s: float,
+        socket_options: list[tuple[int, int, int]] | None = None,
+        *,
+        keep_alive: bool = True,
     ) -> httpx.AsyncClient:
         headers = {"authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
         verify: ssl.SSLContext | bool = endpoint.tls if endpoint.tls is not None else True
@@ -89,7 +94,10 @@ class OpenAIClient:
             headers=headers,
             verify=verify,
             timeout=httpx.Timeout(None, connect=connect_s),
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
+            # an idle connection is dropped well before servers' usual 5 s keep-alive timeout
+            limits=httpx.Limits(
+                max_connections=512, max_keepalive_connections=64 if keep_alive else 0, keepalive_expiry=1.0
+            ),
             transport=httpx.AsyncHTTPTransport(verify=verify, socket_options=socket_options),
             trust_env=False,  # a proxy from the environment would stand between the harness and the server
         )
@@ -103,8 +111,8 @@ class OpenAIClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
-        await self._unread.aclose()
+        for client in (self._http, self._fresh, self._unread):
+            await client.aclose()
 
     def body_of(self, request: OpenAIRequest) -> dict[str, Any]:
         body = dict(request.body)
@@ -195,7 +203,7 @@ class OpenAIClient:
         built.extensions["timeout"] = httpx.Timeout(None, connect=min(total_s, 30.0), read=idle_s).as_dict()
         try:
             async with asyncio.timeout(total_s):
-                response = await self._http.send(built, stream=True)
+                response = await self._send(built)
                 try:
                     exchange.status, exchange.headers = response.status_code, _headers(response)
                     if exchange.is_event_stream:
@@ -212,6 +220,16 @@ class OpenAIClient:
             exchange.end, exchange.detail = End.BROKEN, f"{type(exc).__name__}: {exc}"
         finally:
             exchange.duration_s = time.monotonic() - started
+
+    async def _send(self, built: httpx.Request) -> httpx.Response:
+        """Send, once more on a fresh connection when the server closed a kept-alive one as the
+        request went out (it answered nothing: the request never reached it). A server may close an
+        idle connection at any time (HTTP/1.1 keep-alive), so that race is the client's to absorb,
+        never the server's fault; a server that closes a fresh connection too fails as before."""
+        try:
+            return await self._http.send(built, stream=True)
+        except httpx.RemoteProtocolError:
+            return await self._fresh.send(built, stream=True)
 
 
 async def _read_events(
