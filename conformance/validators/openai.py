@@ -178,6 +178,17 @@ def one_finish(answer: Answer) -> list[Mismatch]:
     return out
 
 
+@check("ERR-1")
+def answered_or_refused(answer: Answer) -> list[Mismatch]:
+    """A request drawn from what the server supports is answered, or, as a combination it does not
+    serve, refused as OpenAI refuses: a 4xx with an error object. Never a 5xx, nor no answer."""
+    exchange = answer.exchange
+    if exchange.status == 200 or (400 <= exchange.status < 500 and exchange.error_object() is not None):
+        return []
+    got = exchange.summary() + (f": {exchange.text[:200]}" if exchange.text else "")
+    return [mismatch(f"{_where(answer)}: the answer", "HTTP 200, or a 4xx with an error object", got)]
+
+
 @check("FINISH-3")
 def done_ends(answer: Answer) -> list[Mismatch]:
     exchange, view = answer.exchange, answer.view

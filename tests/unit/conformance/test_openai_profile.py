@@ -256,3 +256,11 @@ def test_the_implementations_document_is_rendered_from_the_committed_reports() -
     assert len(reports) >= 4, "docs/reports holds too few implementation reports"
     document = (root / "docs" / "implementations.md").read_text(encoding="utf-8")
     assert matrix(reports) == document, "run: conformance report docs/reports --out docs/implementations.md"
+
+
+def test_a_supported_request_answered_with_a_5xx_fails_err_1_and_a_clean_refusal_does_not() -> None:
+    request = OpenAIRequest("chat", {"messages": [], "max_tokens": 2})
+    crashed = body(request, {"detail": "Internal Server Error"}, status=500)
+    refused_cleanly = body(request, {"error": {"message": "n is not supported"}}, status=400)
+    assert judge(Answer.of(crashed), ["ERR-1"])
+    assert not judge(Answer.of(refused_cleanly), ["ERR-1"])
