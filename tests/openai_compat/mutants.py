@@ -4,7 +4,7 @@ that may see the same fault too (``tolerated``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from .proxy import DONE, Call, Mutant, chunk, dump
 
@@ -25,28 +25,39 @@ def _delta(call: Call, choice: dict[str, Any]) -> dict[str, Any]:
     return delta if isinstance(delta, dict) else {}
 
 
-class UsageOneChoice(Mutant):
+class EveryAnswer(Mutant):
+    """A fault in what answers say: ``fix`` changes each JSON body and each chunk of a stream
+    (``in_bodies = False``: streams only)."""
+
+    in_bodies: ClassVar[bool] = True
+
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
+        if self.in_bodies and isinstance(body, dict):
+            self.fix(call, body)
+        return status, body
+
+    def event(self, call: Call, data: str) -> list[str]:
+        value = chunk(data)
+        if value is None:
+            return [data]
+        self.fix(call, value)
+        return [dump(value)]
+
+
+class UsageOneChoice(EveryAnswer):
     """usage.completion_tokens counts one choice of n (llama.cpp's n>1 usage)."""
 
     name = "usage-one-choice"
     expected = frozenset({"USAGE-3[openai,pool]", "N-2[openai]"})
 
-    def _fix(self, call: Call, usage: Any) -> None:
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
+        usage = value.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int) and call.n > 1:
             usage["completion_tokens"] //= call.n
             usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage["completion_tokens"]
-
-    def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
-        if isinstance(body, dict):
-            self._fix(call, body.get("usage"))
-        return status, body
-
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None or value.get("usage") is None:
-            return [data]
-        self._fix(call, value["usage"])
-        return [dump(value)]
 
 
 class UsageChunkMissing(Mutant):
@@ -214,7 +225,7 @@ class StopLeaked(Mutant):
         return status, body
 
 
-class IndexReused(Mutant):
+class IndexReused(EveryAnswer):
     """Every choice of n>1 is reported as index 0."""
 
     name = "index-reused"
@@ -233,46 +244,22 @@ class IndexReused(Mutant):
         }
     )
 
-    def _fix(self, value: dict[str, Any]) -> None:
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
         for choice in _choices(value):
             choice["index"] = 0
 
-    def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
-        if isinstance(body, dict):
-            self._fix(body)
-        return status, body
 
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None:
-            return [data]
-        self._fix(value)
-        return [dump(value)]
-
-
-class IndexSkipped(Mutant):
+class IndexSkipped(EveryAnswer):
     """Choice 1 of n>1 is reported as index 2."""
 
     name = "index-skipped"
     expected = frozenset({"N-1[openai,pool]", "STREAM-3[openai,pool]", "CAP-1[openai,n]"})
     tolerated = frozenset({"USAGE-3[openai,pool]", "SAMPLE-2[openai]"})
 
-    def _fix(self, value: dict[str, Any]) -> None:
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
         for choice in _choices(value):
             if choice.get("index") == 1:
                 choice["index"] = 2
-
-    def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
-        if isinstance(body, dict):
-            self._fix(body)
-        return status, body
-
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None:
-            return [data]
-        self._fix(value)
-        return [dump(value)]
 
 
 class ErrorAs200(Mutant):
@@ -296,24 +283,22 @@ class ErrorAs200(Mutant):
         return (200 if 400 <= status < 500 else status), body
 
 
-class RoleMissing(Mutant):
+class RoleMissing(EveryAnswer):
     """A chat stream's first chunk carries no role."""
 
     name = "role-missing"
     expected = frozenset({"STREAM-1[openai,pool]"})
 
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None or not call.chat:
-            return [data]
-        for choice in _choices(value):
+    in_bodies = False
+
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
+        for choice in _choices(value) if call.chat else []:
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 delta.pop("role", None)
-        return [dump(value)]
 
 
-class CompletionCountsPrompt(Mutant):
+class CompletionCountsPrompt(EveryAnswer):
     """usage.completion_tokens includes the prompt tokens."""
 
     name = "completion-counts-prompt"
@@ -322,25 +307,14 @@ class CompletionCountsPrompt(Mutant):
     )
     tolerated = frozenset({"STREAM-7[openai,pool]"})
 
-    def _fix(self, usage: Any) -> None:
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
+        usage = value.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
             usage["completion_tokens"] = usage.get("completion_tokens", 0) + usage["prompt_tokens"]
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
 
-    def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
-        if isinstance(body, dict):
-            self._fix(body.get("usage"))
-        return status, body
 
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None or value.get("usage") is None:
-            return [data]
-        self._fix(value["usage"])
-        return [dump(value)]
-
-
-class CumulativeStream(Mutant):
+class CumulativeStream(EveryAnswer):
     """Each delta carries the choice's whole text so far (a cumulative stream read as deltas)."""
 
     name = "cumulative-stream"
@@ -349,10 +323,9 @@ class CumulativeStream(Mutant):
         {"STOP-2[openai,*]", "STOP-6[openai]", "STOP-1[openai,pool]", "CANCEL-3[openai]", "STREAM-6[openai]"}
     )
 
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None:
-            return [data]
+    in_bodies = False
+
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
         key = _content_key(call)
         for choice in _choices(value):
             piece = _delta(call, choice).get(key)
@@ -360,7 +333,6 @@ class CumulativeStream(Mutant):
                 so_far = call.state.get(choice.get("index"), "") + piece
                 call.state[choice.get("index")] = so_far
                 _delta(call, choice)[key] = so_far
-        return [dump(value)]
 
 
 class LastChunkLost(Mutant):
@@ -397,50 +369,36 @@ class LastChunkLost(Mutant):
         return events
 
 
-class SplitCharacter(Mutant):
+class SplitCharacter(EveryAnswer):
     """A character outside ASCII is sent as U+FFFD pieces (bytes decoded token by token)."""
 
     name = "split-character"
     expected = frozenset({"STREAM-5[openai,greedy]"})
 
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None:
-            return [data]
+    in_bodies = False
+
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
         key = _content_key(call)
         for choice in _choices(value):
             piece = _delta(call, choice).get(key)
             if isinstance(piece, str) and any(ord(ch) > 127 for ch in piece):
                 _delta(call, choice)[key] = "".join("\ufffd\ufffd" if ord(ch) > 127 else ch for ch in piece)
-        return [dump(value)]
 
 
-class FinishReasonUnknown(Mutant):
+class FinishReasonUnknown(EveryAnswer):
     """A natural end reads finish_reason "eos" (an engine's own word leaking out)."""
 
     name = "finish-reason-unknown"
     expected = frozenset({"FINISH-4[openai,pool]", "FINISH-5[openai]"})
     tolerated = frozenset({"STOP-2[openai,*]", "STOP-6[openai]"})
 
-    def _fix(self, value: dict[str, Any]) -> None:
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
         for choice in _choices(value):
             if choice.get("finish_reason") == "stop":
                 choice["finish_reason"] = "eos"
 
-    def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
-        if isinstance(body, dict):
-            self._fix(body)
-        return status, body
 
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None:
-            return [data]
-        self._fix(value)
-        return [dump(value)]
-
-
-class StopReadsLength(Mutant):
+class StopReadsLength(EveryAnswer):
     """A choice that ended at a stop string reads "length"."""
 
     name = "stop-reads-length"
@@ -450,40 +408,24 @@ class StopReadsLength(Mutant):
     # A "length" that is not one counts as max_tokens tokens wherever a count is needed.
     tolerated = frozenset({"FINISH-6[openai,pool]", "USAGE-3[openai,pool]", "STREAM-7[openai,pool]"})
 
-    def _fix(self, call: Call, value: dict[str, Any]) -> None:
-        if not call.stops:
-            return
-        for choice in _choices(value):
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
+        for choice in _choices(value) if call.stops else []:
             if choice.get("finish_reason") == "stop":
                 choice["finish_reason"] = "length"
 
-    def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
-        if isinstance(body, dict):
-            self._fix(call, body)
-        return status, body
 
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None:
-            return [data]
-        self._fix(call, value)
-        return [dump(value)]
-
-
-class IdsDiffer(Mutant):
+class IdsDiffer(EveryAnswer):
     """Every chunk of a stream carries an id of its own."""
 
     name = "ids-differ"
     expected = frozenset({"REQ-2[openai,pool]"})
     tolerated = frozenset({"STREAM-6[openai]"})
 
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None:
-            return [data]
+    in_bodies = False
+
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
         call.state["count"] = call.state.get("count", 0) + 1
         value["id"] = f"{value.get('id')}-{call.state['count']}"
-        return [dump(value)]
 
 
 class NIgnored(Mutant):
@@ -554,14 +496,14 @@ class StreamsItsErrors(Mutant):
         return [dump(body), DONE]
 
 
-class TopLogprobsUnsorted(Mutant):
+class TopLogprobsUnsorted(EveryAnswer):
     """top_logprobs come lowest first."""
 
     name = "top-logprobs-unsorted"
     expected = frozenset({"STREAM-7[openai,pool]"})
     tolerated = frozenset({"SAMPLE-1[openai,greedy-is-argmax]"})
 
-    def _fix(self, value: dict[str, Any]) -> None:
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
         for choice in _choices(value):
             logprobs = choice.get("logprobs")
             entries = logprobs.get("content") if isinstance(logprobs, dict) else None
@@ -569,41 +511,18 @@ class TopLogprobsUnsorted(Mutant):
                 if isinstance(entry, dict) and isinstance(entry.get("top_logprobs"), list):
                     entry["top_logprobs"].reverse()
 
-    def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
-        if isinstance(body, dict):
-            self._fix(body)
-        return status, body
 
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None:
-            return [data]
-        self._fix(value)
-        return [dump(value)]
-
-
-class PromptCountedPerChoice(Mutant):
+class PromptCountedPerChoice(EveryAnswer):
     """prompt_tokens is charged once per choice of n>1."""
 
     name = "prompt-counted-per-choice"
     expected = frozenset({"USAGE-2[openai]"})
 
-    def _fix(self, call: Call, usage: Any) -> None:
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
+        usage = value.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int) and call.n > 1:
             usage["prompt_tokens"] *= call.n
             usage["total_tokens"] = usage["prompt_tokens"] + usage.get("completion_tokens", 0)
-
-    def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
-        if isinstance(body, dict):
-            self._fix(call, body.get("usage"))
-        return status, body
-
-    def event(self, call: Call, data: str) -> list[str]:
-        value = chunk(data)
-        if value is None or value.get("usage") is None:
-            return [data]
-        self._fix(call, value["usage"])
-        return [dump(value)]
 
 
 class KeepsGeneratingAfterDisconnect(Mutant):

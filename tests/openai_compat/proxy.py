@@ -33,7 +33,7 @@ class Call:
     path: str
     body: Any  # the JSON body (None when the body is not JSON)
     served_model: str = ""  # the model the upstream lists
-    state: dict[str, Any] = field(default_factory=dict)  # a mutant's memory across the call's events
+    state: dict[Any, Any] = field(default_factory=dict)  # a mutant's memory across the call's events
 
     @property
     def streaming(self) -> bool:
