@@ -52,6 +52,12 @@ COMPARES_RUNS = frozenset(
 )
 
 
+# A fault that repeats every earlier token in each chunk (cumulative ids read as deltas) makes a
+# stream's work grow with the square of its length: the state machine's programs, which run long
+# requests, may then meet their budget on a busy machine instead of the fault they would report.
+GROWS_WITH_TOKENS = frozenset({"*[stateful]"})
+
+
 # ── Generate streams ─────────────────────────────────────────
 class LastChunkLost(EngineProxy):
     """The last chunk before each output's complete is dropped (sgl-project/sglang#19895,

@@ -5,17 +5,13 @@ another (load-watching cases need a quiet server); lanes run side by side."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from reference_server.testing import ServerProcess
 
-from ..lanes import KV_TOKENS, MAX_WAITING, ROOT, TOKEN_DELAY_S, Lane
+from ...zoo_process import start_zoo
+from ..lanes import KV_TOKENS, MAX_WAITING, TOKEN_DELAY_S, Lane
 
 SERVER_ARGS = (
     "--fake-token-delay", TOKEN_DELAY_S,
@@ -23,24 +19,6 @@ SERVER_ARGS = (
     "--max-waiting-requests", MAX_WAITING,
     "--sglang-port", "0",
 )  # fmt: skip
-
-
-def start_zoo(
-    protocol: str, upstream: str, timeout_s: float
-) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
-    ready = Path(tempfile.mkdtemp(prefix="lmrpc-engine-zoo-")) / "ports.json"
-    zoo = subprocess.Popen(
-        [sys.executable, "-m", "tests.selftest.protocols.zoo", "--protocol", protocol,
-         "--upstream", upstream, "--ready-file", str(ready)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    give_up = time.monotonic() + timeout_s
-    while not ready.exists():
-        if zoo.poll() is not None or time.monotonic() > give_up:
-            zoo.kill()
-            raise RuntimeError(f"the {protocol} mutant zoo did not start (exit code {zoo.poll()})")
-        time.sleep(0.05)
-    return zoo, json.loads(ready.read_text())
 
 
 @dataclass
@@ -59,7 +37,10 @@ class EngineLane:
                 ("vllm-engine", server.target),
                 ("sglang-scheduler", server.sglang_target),
             ):
-                zoo, ports[protocol] = start_zoo(protocol, upstream, timeout_s)
+                zoo, ports[protocol] = start_zoo(
+                    "tests.selftest.protocols.zoo", "--protocol", protocol, "--upstream", upstream,
+                    timeout_s=timeout_s,
+                )  # fmt: skip
                 zoos.append(zoo)
         except BaseException:
             for zoo in zoos:
