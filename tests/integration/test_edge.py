@@ -34,7 +34,7 @@ RPCS = {
     "TokenizeRequest": "/lmrpc.v1.ControlService/Tokenize",
     "DetokenizeRequest": "/lmrpc.v1.ControlService/Detokenize",
 }
-HELLO = GenerateRequest(text="hello", stopping=StoppingCriteria(max_tokens=4))
+HELLO = GenerateRequest(text="hello", stopping=StoppingCriteria(max_tokens=4, ignore_eos=True))
 
 
 @pytest.fixture(scope="module")
