@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -63,6 +64,7 @@ class SmgGateway:
         self.process: subprocess.Popen[bytes] | None = None
         self._folder = Path(tempfile.mkdtemp(prefix="lmrpc-smg-"))
         self.log_path = self._folder / "smg.log"
+        self._kept_log: str | None = None  # the log, once stop() has removed the folder
 
     @property
     def url(self) -> str:
@@ -74,6 +76,8 @@ class SmgGateway:
         return f"{self.url}/v1"
 
     def start(self) -> SmgGateway:
+        self._folder.mkdir(exist_ok=True)
+        self._kept_log = None
         self.port, self.metrics_port = free_port(), free_port()
         command = [
             smg_binary(), "launch",
@@ -126,17 +130,21 @@ class SmgGateway:
         return [{key: worker.get(key) for key in ("url", "status", "load")} for worker in listed]
 
     def log(self) -> str:
+        if self._kept_log is not None:
+            return self._kept_log
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._folder.exists():
+            self._kept_log = self.log()
+            shutil.rmtree(self._folder, ignore_errors=True)
 
     def __enter__(self) -> SmgGateway:
         return self.start()

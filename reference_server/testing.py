@@ -10,6 +10,7 @@ serving, so tests never race for ports and never talk to a half-started server.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +47,7 @@ class ServerProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self._folder = Path(tempfile.mkdtemp(prefix="lmrpc-test-"))
         self.log_path = self._folder / "server.log"
+        self._kept_log: str | None = None  # the log, once stop() has removed the folder
 
     @property
     def target(self) -> str:
@@ -60,7 +62,10 @@ class ServerProcess:
         return f"127.0.0.1:{self.sglang_runtime_port}"
 
     def start(self) -> ServerProcess:
+        self._folder.mkdir(exist_ok=True)
+        self._kept_log = None
         ready_file = self._folder / "ready"
+        ready_file.unlink(missing_ok=True)
         command = [
             sys.executable, *self.launcher,
             "--engine", self.engine, "--port", "0", "--ready-file", str(ready_file), *self.args,
@@ -88,6 +93,8 @@ class ServerProcess:
         return self
 
     def log(self) -> str:
+        if self._kept_log is not None:
+            return self._kept_log
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def terminate(self) -> None:
@@ -109,7 +116,13 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self._remove_folder()
         return self.process.returncode
+
+    def _remove_folder(self) -> None:
+        if self._folder.exists():
+            self._kept_log = self.log()
+            shutil.rmtree(self._folder, ignore_errors=True)
 
     def worker_pids(self) -> dict[str, int]:
         """Pids of the worker processes by role ("scheduler", "detokenizer")."""

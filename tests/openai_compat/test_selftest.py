@@ -5,18 +5,13 @@ have had) must fail exactly its declared cases, and may fail its tolerated ones.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from conformance.spec.registry import all_cases, matches
 
+from ..zoo_process import start_zoo
 from .mutants import MUTANTS
 from .proxy import Mutant
 from .servers import ROOT, run_openai, smg_in_front
@@ -58,19 +53,9 @@ def test_every_mutant_declares_real_cases() -> None:
 @pytest.fixture(scope="module")
 def zoo() -> Iterator[dict[str, int]]:
     with smg_in_front("fake", UPSTREAM_ARGS) as gateway:
-        ready = Path(tempfile.mkdtemp(prefix="lmrpc-openai-zoo-")) / "ports.json"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.openai_compat.zoo", "--upstream", gateway.url, "--ready-file", str(ready)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        process, ports = start_zoo("tests.openai_compat.zoo", "--upstream", gateway.url, timeout_s=60)
         try:
-            give_up = time.monotonic() + 60
-            while not ready.exists():
-                assert process.poll() is None and time.monotonic() < give_up, (
-                    "the OpenAI mutant zoo did not start"
-                )
-                time.sleep(0.05)
-            yield json.loads(ready.read_text())
+            yield ports
         finally:
             process.terminate()
             process.wait(10)

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,8 @@ from pathlib import Path
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import ResumeGenerationRequest
 from reference_server.testing import ServerProcess
+
+from ..zoo_process import start_zoo
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN_FAILURES = Path(__file__).with_name(
@@ -45,28 +46,12 @@ class Lane:
             MAX_WAITING,
         )
         server = ServerProcess(engine="fake", args=lane_args).start()
-        ready = Path(tempfile.mkdtemp(prefix="lmrpc-zoo-")) / "ports.json"
-        zoo = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.selftest.zoo",
-                "--upstream",
-                server.target,
-                "--ready-file",
-                str(ready),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        give_up = time.monotonic() + timeout_s
-        while not ready.exists():
-            if zoo.poll() is not None or time.monotonic() > give_up:
-                server.stop()
-                raise RuntimeError(f"the mutant zoo did not start (exit code {zoo.poll()})")
-            time.sleep(0.05)
-        return Lane(server, zoo, json.loads(ready.read_text()))
+        try:
+            zoo, ports = start_zoo("tests.selftest.zoo", "--upstream", server.target, timeout_s=timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        return Lane(server, zoo, ports)
 
     def target(self, mutant: str) -> str:
         return f"127.0.0.1:{self.ports[mutant]}"
