@@ -114,7 +114,9 @@ def test_dead_scheduler_fails_streams_then_fresh_workers_serve() -> None:
         while await health(server.port) != HealthCheckResponse.SERVING:  # fresh workers start
             assert time.monotonic() < deadline, server.log()
             await asyncio.sleep(0.1)
-        result = await client.generate(GenerateRequest(text="again", stopping=StoppingCriteria(max_tokens=4, ignore_eos=True)))
+        result = await client.generate(
+            GenerateRequest(text="again", stopping=StoppingCriteria(max_tokens=4, ignore_eos=True))
+        )
         assert len(result.outputs[0].token_ids) == 4
         assert set(server.worker_pids().values()).isdisjoint(old_workers.values())
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from zoo_process import start_zoo
 
 from conformance.spec.registry import all_cases, matches
 
-from ..zoo_process import start_zoo
 from .mutants import MUTANTS
 from .proxy import Mutant
 from .servers import ROOT, run_openai, smg_in_front

@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zoo_process import start_zoo
+
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import ResumeGenerationRequest
 from reference_server.testing import ServerProcess
-
-from ..zoo_process import start_zoo
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN_FAILURES = Path(__file__).with_name(

@@ -8,9 +8,10 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 
+from zoo_process import start_zoo
+
 from reference_server.testing import ServerProcess
 
-from ...zoo_process import start_zoo
 from ..lanes import KV_TOKENS, MAX_WAITING, TOKEN_DELAY_S, Lane
 
 SERVER_ARGS = (
