@@ -202,14 +202,16 @@ class Frontend:
         self.ctx.set_phase(Phase.DRAINING)
         log.info("draining %d request(s)", len(self.table))
         try:
-            await asyncio.wait_for(self.ctx.idle.wait(), self.config.drain_timeout_s)
+            async with asyncio.timeout(self.config.drain_timeout_s):
+                await self.ctx.idle.wait()
         except TimeoutError:
             log.warning("drain timeout: aborting %d request(s)", len(self.table))
             self.ctx.link.abort([s.rid for s in self.table.states() if s.submitted])
             for state in self.table.states():
                 state.abort_requested = True
             try:
-                await asyncio.wait_for(self.ctx.idle.wait(), AFTER_ABORT_GRACE_S)
+                async with asyncio.timeout(AFTER_ABORT_GRACE_S):
+                    await self.ctx.idle.wait()
             except TimeoutError:
                 self.table.fail_all(Status.UNAVAILABLE.value, "the server shut down")
 

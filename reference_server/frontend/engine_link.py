@@ -132,7 +132,8 @@ class EngineLink:
         self._queries[query_id] = future
         try:
             self.send(make(query_id))
-            return await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await future
         except TimeoutError:
             raise WorkerUnavailableError(f"the scheduler did not answer within {timeout_s:g} s") from None
         finally:

@@ -51,7 +51,8 @@ class WorkerSet:
             self.processes[role] = process
             loop.add_reader(process.sentinel, self._on_exit, role)
         try:
-            return await asyncio.wait_for(self.link.wait_ready(ROLES), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await self.link.wait_ready(ROLES)
         except TimeoutError:
             raise WorkerUnavailableError(f"workers not ready after {timeout_s:g} s") from None
 

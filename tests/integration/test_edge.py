@@ -200,3 +200,28 @@ def test_rapid_reset_leaves_no_request_behind(server: ServerProcess) -> None:
             await wait_idle(client, timeout=60)
 
     run(server, body)
+
+
+def test_a_reset_stream_is_a_normal_event_not_an_error(server: ServerProcess) -> None:
+    """A client that resets a Generate at once, or as its first reply goes out, is an ordinary
+    event: the request is released and the server logs no error and no traceback for it."""
+    request = frame(
+        bytes(GenerateRequest(text="reset me", stopping=StoppingCriteria(max_tokens=4000, ignore_eos=True)))
+    )
+    logged_before = len(server.log())
+
+    async def body(channel: Channel) -> None:
+        async with H2Call("127.0.0.1", server.port) as flood:
+            for i in range(200):
+                flood.start(GENERATE)
+                flood.send(request, end=True)
+                if i % 2:
+                    await asyncio.sleep(0.001 * (i % 7))  # some resets land as replies go out
+                flood.reset()
+                flood.next_call()
+        async with LmrpcClient.connect(server.target) as client:
+            await wait_idle(client, timeout=60)
+
+    run(server, body)
+    logged = server.log()[logged_before:]
+    assert "Traceback" not in logged and "Failed to handle" not in logged, logged[-4000:]

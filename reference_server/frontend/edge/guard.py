@@ -88,7 +88,8 @@ class EdgeGuard:
         if not timeout:
             return await read
         try:
-            return await asyncio.wait_for(read, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancellation
+                return await read
         except TimeoutError:
             raise GRPCError(
                 Status.DEADLINE_EXCEEDED,
