@@ -30,6 +30,13 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--kv-tokens", type=int, default=None, help="KV-cache capacity in tokens")
+    parser.add_argument(
+        "--context-length",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="serve a context window this long (at most the model's own; default: the model's)",
+    )
     parser.add_argument("--max-running", type=int, default=None, help="max sequences decoded together")
     parser.add_argument(
         "--max-batch-tokens", type=int, default=None, help="token budget of one step (chunked prefill)"
@@ -77,6 +84,20 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         default=Limits().stall_timeout_s,
         metavar="SECONDS",
         help="abort a request whose client read nothing for this long (0: never; default 30)",
+    )
+    parser.add_argument(
+        "--default-max-tokens",
+        type=int,
+        default=Limits().default_max_tokens,
+        metavar="TOKENS",
+        help="max_tokens of a request that sets none (reported in ServerInfo.limits; default 256)",
+    )
+    parser.add_argument(
+        "--abort-grace",
+        type=float,
+        default=Limits().abort_grace_s,
+        metavar="SECONDS",
+        help="how long an Abort for an id not yet in flight is remembered (ABORT-6; default 5)",
     )
     parser.add_argument(
         "--max-worker-restarts",
@@ -148,6 +169,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 device=args.device,
                 dtype=args.dtype,
                 kv_tokens=args.kv_tokens,
+                context_length=args.context_length,
                 max_running_sequences=args.max_running,
                 max_batch_tokens=args.max_batch_tokens,
                 attention_backend=args.attention,
@@ -162,6 +184,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 max_abort_request_ids=args.max_abort_ids,
                 max_parked_tokens=args.max_parked_tokens,
                 stall_timeout_s=args.stall_timeout,
+                abort_grace_s=args.abort_grace,
+                default_max_tokens=args.default_max_tokens,
                 max_waiting_requests=args.max_waiting_requests,
             ),
             startup_timeout_s=args.startup_timeout,

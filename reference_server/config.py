@@ -80,6 +80,7 @@ class EngineOptions:
     device: str = "auto"
     dtype: str = "auto"
     kv_tokens: int | None = None  # None: the engine's default
+    context_length: int | None = None  # None: the model's own context window
     max_running_sequences: int | None = None
     max_batch_tokens: int | None = None
     attention_backend: str = "auto"
@@ -94,6 +95,10 @@ class EngineOptions:
             raise ValueError(f"engine={self.kind!r} must be 'model' or 'fake'")
         if self.fake_token_delay_s < 0:
             raise ValueError(f"fake_token_delay_s={self.fake_token_delay_s} must be >= 0")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError(
+                f"context_length={self.context_length} must be >= 2 (a prompt token and one to generate)"
+            )
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads={self.num_threads} must be >= 1")
         if self.weights not in ("dense", "int4"):

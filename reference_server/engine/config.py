@@ -35,6 +35,7 @@ class ModelEngineConfig:
     # native: every step in one compiled call (engine/native/; an x86-64 CPU with AVX512-BF16 and a C
     # compiler, bfloat16, dense weights); torch: the torch model; auto: native where it runs
     kernels: str = "auto"
+    context_length: int | None = None  # a shorter context window than the model's; None: the model's
 
     def __post_init__(self) -> None:
         if self.device.split(":", 1)[0] not in DEVICES:

@@ -65,12 +65,13 @@ class ModelEngine:
             prepack=False,  # below, and only if the torch model runs the steps
         )
         mc = self.model.config
+        self.max_context_tokens = min(mc.max_context_tokens, config.context_length or mc.max_context_tokens)
         backend = resolve_backend(config.attention_backend, self.device)
         pool = KVPool(
             num_slots=config.kv_tokens, num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads,
             head_dim=mc.head_dim, dtype=self.dtype, device=self.device,
         )  # fmt: skip
-        width = -(-mc.max_context_tokens // SLOT_TABLE_WIDTH_MULTIPLE) * SLOT_TABLE_WIDTH_MULTIPLE
+        width = -(-self.max_context_tokens // SLOT_TABLE_WIDTH_MULTIPLE) * SLOT_TABLE_WIDTH_MULTIPLE
         # Held requests (clients that stopped reading, FLOW-1) keep their rows, so the table has
         # as many again for them: a full set of held sequences never blocks the running ones.
         rows = config.max_running_sequences * HELD_ROWS_FACTOR
@@ -101,7 +102,7 @@ class ModelEngine:
             model_id=c.source.model_id,
             architecture="llama",
             vocab_size=mc.vocab_size,
-            max_context_tokens=mc.max_context_tokens,
+            max_context_tokens=self.max_context_tokens,
             eos_token_ids=sorted(self.eos_token_ids),
             bos_token_id=self.bos_token_id,
             kv_tokens_total=c.kv_tokens,
@@ -308,7 +309,7 @@ class ModelEngine:
             token_id,
             num_output_tokens=seq.num_output_tokens,
             num_tokens=seq.num_tokens,
-            max_context_tokens=self.model.config.max_context_tokens,
+            max_context_tokens=self.max_context_tokens,
         )
 
     def _retire_if_done(self, group: RequestGroup) -> None:

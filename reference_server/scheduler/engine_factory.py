@@ -25,7 +25,11 @@ def create_engine(options: EngineOptions) -> Engine:
             sampleable_token_ids=whole_character_tokens(tokenizer),
             token_delay_s=options.fake_token_delay_s,
             kv_event_block_size=KV_EVENT_BLOCK_SIZE if options.kv_events else 0,
-            **_optional(kv_tokens=options.kv_tokens, max_running_sequences=options.max_running_sequences),
+            **_optional(
+                kv_tokens=options.kv_tokens,
+                max_running_sequences=options.max_running_sequences,
+                max_context_tokens=options.context_length,
+            ),
         )
         return FakeEngine(config, tokenize=tokenizer.encode if options.embedding else None)
     from reference_server.engine.config import ModelEngineConfig
@@ -42,6 +46,7 @@ def create_engine(options: EngineOptions) -> Engine:
             kv_event_block_size=KV_EVENT_BLOCK_SIZE if options.kv_events else 0,
             weights=options.weights,
             kernels=options.kernels,
+            context_length=options.context_length,
             **_optional(
                 kv_tokens=options.kv_tokens,
                 max_running_sequences=options.max_running_sequences,
