@@ -27,6 +27,7 @@ KNOWN_FAILURES = Path(__file__).with_name(
 TOKEN_DELAY_S = "0.002"  # long requests stay in flight for seconds, so cancel and deadline cases bite
 KV_TOKENS = "100000"  # small enough that n=max_outputs full-window requests can never fit (REQ-7)
 MAX_WAITING = "64"  # small enough that CAP-5[max_waiting_requests] can reach it
+ABORT_GRACE_S = "2"  # ABORT-6[after-expiry] waits the grace out in every run (5 s by default)
 
 
 @dataclass
@@ -44,6 +45,8 @@ class Lane:
             KV_TOKENS,
             "--max-waiting-requests",
             MAX_WAITING,
+            "--abort-grace",
+            ABORT_GRACE_S,
         )
         server = ServerProcess(engine="fake", args=lane_args).start()
         try:

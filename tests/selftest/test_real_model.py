@@ -4,13 +4,17 @@ measured, not asserted: the CI machine is shared)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from grpclib import GRPCError, Status
 
+from lmrpc.client import LmrpcClient
+from lmrpc.v1 import GenerateRequest, GetModelInfoRequest, TokenIds
 from reference_server.testing import ServerProcess
 
 from .lanes import _cases, run_harness
@@ -25,12 +29,21 @@ pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(1500)]
 # runs below it: test_edge_selftest.py judges it on the fake engine, and with the real model its
 # cases only wait for generation (FLOW-1[resumes] alone took 213 s of a 580 s run on an AVX2 host).
 WIRE_ONLY = ("--skip", "FLOW-*")
+# The full-context case prefills the whole window (8192 tokens took 159 s of a 320 s run on an AVX2
+# host) and two cases generate the default max_tokens (256: 53 s each). A 2048-token window and a
+# default of 64 check the same rules; so does a shallower property search, which the fake-engine
+# lanes run at full depth.
+CONTEXT_LENGTH = 2048
+MODEL_ARGS = ("--context-length", str(CONTEXT_LENGTH), "--default-max-tokens", "64")
+EXAMPLES = ("--max-examples", "4")
 
 
 @pytest.fixture(scope="module")
 def model_server() -> Iterator[ServerProcess]:
     # One torch thread: two-thread OpenMP teams collapse when other suites share the two cores.
-    with ServerProcess(engine="model", startup_timeout_s=300, env={"OMP_NUM_THREADS": "1"}) as server:
+    with ServerProcess(
+        engine="model", args=MODEL_ARGS, startup_timeout_s=300, env={"OMP_NUM_THREADS": "1"}
+    ) as server:
         yield server
 
 
@@ -42,7 +55,7 @@ def test_reference_model_passes(model_server: ServerProcess, level: str) -> None
         REPORTS,
         f"model-{level}",
         time_scale=TIME_SCALE,
-        extra=("--level", level, *WIRE_ONLY),
+        extra=("--level", level, *EXAMPLES, *WIRE_ONLY),
     )
     (REPORTS / f"model-{level}.time").write_text(f"{outcome.duration_s:.1f}s wall for --level {level}\n")
     problems = [
@@ -52,3 +65,18 @@ def test_reference_model_passes(model_server: ServerProcess, level: str) -> None
     ]
     assert not problems, "\n".join(problems)  # NOT-RUN and XFAIL exit 0 too: every case must pass or skip
     assert outcome.exit_code == 0, json.dumps(outcome.report)[:2000]
+
+
+def test_the_window_served_is_the_one_asked_for(model_server: ServerProcess) -> None:
+    """--context-length shortens the model's 8192-token window: reported, and enforced."""
+
+    async def main() -> tuple[int, Status]:
+        async with LmrpcClient.connect(model_server.target) as client:
+            info = await client.control.get_model_info(GetModelInfoRequest())
+            too_long = GenerateRequest(token_ids=TokenIds(ids=[28120] * CONTEXT_LENGTH))
+            with pytest.raises(GRPCError) as refused:
+                await client.generate(too_long)
+            return info.model.max_context_tokens, refused.value.status
+
+    window, status = asyncio.run(main())
+    assert (window, status) == (CONTEXT_LENGTH, Status.INVALID_ARGUMENT)

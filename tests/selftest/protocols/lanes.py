@@ -12,12 +12,13 @@ from zoo_process import start_zoo
 
 from reference_server.testing import ServerProcess
 
-from ..lanes import KV_TOKENS, MAX_WAITING, TOKEN_DELAY_S, Lane
+from ..lanes import ABORT_GRACE_S, KV_TOKENS, MAX_WAITING, TOKEN_DELAY_S, Lane
 
 SERVER_ARGS = (
     "--fake-token-delay", TOKEN_DELAY_S,
     "--kv-tokens", KV_TOKENS,
     "--max-waiting-requests", MAX_WAITING,
+    "--abort-grace", ABORT_GRACE_S,
     "--sglang-port", "0",
 )  # fmt: skip
 
