@@ -67,8 +67,9 @@ def _protocol(parser: argparse.ArgumentParser, *, default: str) -> None:
         choices=("auto", *PROTOCOLS),
         default=default,
         help="the wire protocol: lmrpc (lmrpc.v1), vllm-engine or sglang-scheduler (smg's engine "
-        "protocols), openai (the OpenAI-compatible HTTP API, on a URL target); auto: openai for a URL, "
-        "else lmrpc.v1 first, then smg's probe order (SGLang, vLLM)",
+        "protocols), sglang-runtime (SGLang's native sglang.runtime.v1), openai (the OpenAI-compatible "
+        "HTTP API, on a URL target); auto: openai for a URL, else lmrpc.v1 first, then smg's probe "
+        "order (SGLang, vLLM), then SGLang's native service",
     )
 
 
@@ -105,7 +106,7 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="what an engine-protocol server promises that its protocol cannot advertise: "
+        help="what an engine-protocol or sglang-runtime server promises that its protocol cannot advertise: "
         "deterministic_greedy, seeded_sampling (vllm-engine), prefix_cache; repeatable, comma-separated",
     )
     parser.add_argument(

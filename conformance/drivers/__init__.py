@@ -1,7 +1,8 @@
 """Protocol drivers: the wire protocol a target speaks, behind the seams cases use (``Ctx``'s typed
 calls and ``ctx.open`` / ``ctx.generate``). ``lmrpc`` is lmrpc.v1 itself; ``vllm-engine`` and
 ``sglang-scheduler`` are the engine protocols of smg (the Shepherd Model Gateway), with their
-semantics normalised into lmrpc.v1 events. ``detect`` is ``--protocol auto``."""
+semantics normalised into lmrpc.v1 events; ``sglang-runtime`` is SGLang's native service
+(``sglang.runtime.v1.SglangService``), read the same way. ``detect`` is ``--protocol auto``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from conformance.drivers.base import PROTOCOLS, Discovered, Driver
 from conformance.drivers.engine import EngineDriver, Promises
 from conformance.drivers.lmrpc import LmrpcDriver
 from conformance.drivers.sglang import SglangDriver
+from conformance.drivers.sglang_runtime import SglangRuntimeDriver
 from conformance.drivers.vllm import VllmDriver
 
 __all__ = [
@@ -19,14 +21,15 @@ __all__ = [
     "LmrpcDriver",
     "Promises",
     "SglangDriver",
+    "SglangRuntimeDriver",
     "VllmDriver",
     "make_driver",
 ]
 
 
 def make_driver(protocol: str, promises: Promises | None = None) -> Driver:
-    """The driver of ``protocol`` (one of PROTOCOLS). ``promises`` (``--assume``) are for engine
-    protocols only: an lmrpc.v1 server advertises its capabilities itself."""
+    """The driver of ``protocol`` (one of PROTOCOLS). ``promises`` (``--assume``) are for the
+    protocols that advertise no capabilities: an lmrpc.v1 server advertises its capabilities itself."""
     if protocol == "lmrpc":
         if promises is not None and promises != Promises():
             raise ValueError(
@@ -37,4 +40,6 @@ def make_driver(protocol: str, promises: Promises | None = None) -> Driver:
         return VllmDriver(promises or Promises())
     if protocol == "sglang-scheduler":
         return SglangDriver(promises or Promises())
+    if protocol == "sglang-runtime":
+        return SglangRuntimeDriver(promises or Promises())
     raise ValueError(f"protocol={protocol!r} must be one of {', '.join(PROTOCOLS)} (or auto)")

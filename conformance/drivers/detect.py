@@ -2,7 +2,8 @@
 
 Order: **lmrpc.v1**, then smg's own probe order **SGLang → vLLM**
 (``model_gateway/src/workflow/steps/local/detect_backend.rs`` tries sglang, vllm, trtllm,
-tokenspeed, mlx and takes the first whose engine ``HealthCheck`` answers OK). lmrpc.v1 comes
+tokenspeed, mlx and takes the first whose engine ``HealthCheck`` answers OK), then SGLang's native
+service **sglang.runtime.v1** (its ``HealthCheck`` answering OK), which smg does not drive. lmrpc.v1 comes
 first because it is the complete contract: a port that serves it (the reference server's main
 port also serves the vLLM dialect) is checked as lmrpc.v1; ``--protocol vllm-engine`` checks the
 dialect instead. A port serving both SGLang and vLLM is SGLang, as smg sees it.
@@ -28,15 +29,18 @@ from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
 from h2.exceptions import H2Error
 
 from conformance.drivers.sglang import SglangDriver
+from conformance.drivers.sglang_runtime import SglangRuntimeDriver
 from conformance.drivers.vllm import VllmDriver
+from lmrpc._gen.sglang.runtime import v1 as rt
 from lmrpc.v1 import ControlServiceStub, GetServerInfoRequest
 
 SERVICES = {
     "lmrpc": "lmrpc.v1.ControlService",
     "sglang-scheduler": SglangDriver.service,
     "vllm-engine": VllmDriver.service,
+    "sglang-runtime": SglangRuntimeDriver.service,
 }
-ORDER = ("lmrpc", "sglang-scheduler", "vllm-engine")
+ORDER = ("lmrpc", "sglang-scheduler", "vllm-engine", "sglang-runtime")
 
 
 class DetectionError(Exception):
@@ -72,6 +76,9 @@ async def answers(channel: Channel, protocol: str, timeout_s: float) -> bool:
     try:
         if protocol == "lmrpc":
             await ControlServiceStub(channel).get_server_info(GetServerInfoRequest(), timeout=timeout_s)
+        elif protocol == "sglang-runtime":
+            runtime = SglangRuntimeDriver().stub(channel)
+            await runtime.health_check(rt.HealthCheckRequest(), timeout=timeout_s)
         else:
             driver = SglangDriver() if protocol == "sglang-scheduler" else VllmDriver()
             await driver.stub(channel).health_check(driver.health_request(), timeout=timeout_s)

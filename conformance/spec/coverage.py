@@ -400,4 +400,13 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "SMG-3.2": ("SMG-3[*]", "LOAD-1[active]"),
     "SMG-4.1": ("SMG-4",),
     "SMG-4.2": ("SMG-4",),
+    # SGLang's native service, through its driver
+    "SRT-1.1": ("SRT-1[ids]", "SRT-1[text]"),
+    "SRT-1.2": ("SRT-1[ids]", "SRT-1[text]"),
+    "SRT-2.1": ("SRT-2", "SRT-1[text]", "SRT-4[rid]"),
+    "SRT-2.2": ("SRT-2", "SRT-1[text]"),
+    "SRT-3.1": ("SRT-3", "SRT-4[rid]"),
+    "SRT-3.2": ("SRT-3", "SRT-4[abort_all]"),
+    "SRT-4.1": ("SRT-4[rid]", "SRT-4[abort_all]", "ABORT-5"),
+    "SRT-4.2": ("SRT-4[rid]",),
 }

@@ -4,7 +4,7 @@ it alone (``@case(..., protocols=HTTP_PROTOCOLS)``)."""
 
 from __future__ import annotations
 
-GRPC_PROTOCOLS = ("lmrpc", "vllm-engine", "sglang-scheduler")
+GRPC_PROTOCOLS = ("lmrpc", "vllm-engine", "sglang-scheduler", "sglang-runtime")
 HTTP_PROTOCOLS = ("openai",)
 PROTOCOLS = (*GRPC_PROTOCOLS, *HTTP_PROTOCOLS)
 

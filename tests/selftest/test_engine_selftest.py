@@ -1,6 +1,7 @@
 """The harness through its engine-protocol drivers: against the reference server's vLLM dialect
-(main port) and SGLang scheduler protocol (``--sglang-port``) it must pass with 0 failures, with
-``--protocol auto`` picking each port's protocol; against every mutant of each protocol's zoo
+(main port), SGLang scheduler protocol (``--sglang-port``) and SGLang's native service
+(``--sglang-runtime-port``) it must pass with 0 failures, with ``--protocol auto`` picking each
+port's protocol; against every mutant of each protocol's zoo
 (tests/selftest/protocols/) it must fail exactly the mutant's declared cases. Prints the detection
 matrix and the mutation score per protocol."""
 
@@ -27,7 +28,9 @@ REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest")) / "
 ASSUME = {  # what the reference server promises that neither protocol can advertise
     "vllm-engine": "deterministic_greedy,prefix_cache,seeded_sampling",
     "sglang-scheduler": "deterministic_greedy,prefix_cache",  # no seed field
+    "sglang-runtime": "deterministic_greedy,prefix_cache",  # no seed field
 }
+RUNTIME = "sglang-runtime"  # SGLang's native service: its reference run and --protocol auto
 MIN_MUTANTS = 15
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -76,7 +79,7 @@ def test_every_engine_mutant_declares_real_cases(protocol: str) -> None:
 def test_reference_server_passes_in_each_protocol(lanes: list[EngineLane]) -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
     lane = lanes[0]
-    for protocol in ZOOS:  # one after the other: load-watching cases need a quiet server
+    for protocol in (*ZOOS, RUNTIME):  # one after the other: load-watching cases need a quiet server
         lane.reset()
         outcome = run_harness(
             lane.server_target(protocol),
@@ -122,14 +125,34 @@ def test_auto_picks_each_ports_protocol(lanes: list[EngineLane], protocol: str) 
         assert outcome.failing == set() and outcome.exit_code == 0, _explain(outcome)
 
 
+def test_auto_finds_sglangs_native_service(lanes: list[EngineLane]) -> None:
+    """On the ``--sglang-runtime-port`` (sglang.runtime.v1 only) ``--protocol auto`` finds it, after
+    lmrpc.v1 and smg's engine protocols answered no, and every SRT case runs and passes."""
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    outcome = run_harness(
+        lanes[0].server_target(RUNTIME),
+        REPORTS,
+        "auto-sglang-runtime",
+        time_scale=TIME_SCALE,
+        extra=("--protocol", "auto", "--assume", ASSUME[RUNTIME], "--run", "SVC-1", "--run", "SRT-*"),
+    )
+    assert outcome.report["protocol"] == RUNTIME, _explain(outcome)
+    ran = {c["id"] for c in _cases(outcome.report) if c["verdict"] == "PASS"}
+    assert {"SRT-1[ids]", "SRT-1[text]", "SRT-2", "SRT-3", "SRT-4[rid]", "SRT-4[abort_all]"} <= ran, ran
+    assert outcome.failing == set() and outcome.exit_code == 0, _explain(outcome)
+
+
 def test_the_default_fake_engine_passes_in_every_grpc_protocol() -> None:
     """``lmrpc-server --engine fake`` as a new user starts it (no token delay: tokens come far faster
     than a busy client reads them) must pass in lmrpc.v1 and both engine protocols: the harness
     judges what the server did, never how far behind its own reading was (ABORT-2, ABORT-4)."""
     REPORTS.mkdir(parents=True, exist_ok=True)
-    with ServerProcess(engine="fake", args=("--sglang-port", "0")) as server:
-        for protocol in ("lmrpc", *ZOOS):
-            target = server.sglang_target if protocol == "sglang-scheduler" else server.target
+    with ServerProcess(engine="fake", args=("--sglang-port", "0", "--sglang-runtime-port", "0")) as server:
+        for protocol in ("lmrpc", *ZOOS, RUNTIME):
+            target = {
+                "sglang-scheduler": server.sglang_target,
+                RUNTIME: server.sglang_runtime_target,
+            }.get(protocol, server.target)
             extra = ("--protocol", protocol) + (("--assume", ASSUME[protocol]) if protocol in ASSUME else ())
             outcome = run_harness(
                 target, REPORTS, f"default-fake-{protocol}", time_scale=TIME_SCALE, extra=extra

@@ -1,6 +1,7 @@
 """Lanes for the engine-protocol self-test: one reference server (fake engine) serving lmrpc.v1 and
-the vLLM dialect on its main port and SGLang's scheduler protocol on ``--sglang-port``, with a zoo of
-each protocol's mutants in front of the matching port. Mutants that share a lane run one after
+the vLLM dialect on its main port, SGLang's scheduler protocol on ``--sglang-port`` and SGLang's native
+service on ``--sglang-runtime-port``, with a zoo of each engine protocol's mutants in front of the
+matching port. Mutants that share a lane run one after
 another (load-watching cases need a quiet server); lanes run side by side."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ SERVER_ARGS = (
     "--max-waiting-requests", MAX_WAITING,
     "--abort-grace", ABORT_GRACE_S,
     "--sglang-port", "0",
+    "--sglang-runtime-port", "0",
 )  # fmt: skip
 
 
@@ -53,7 +55,10 @@ class EngineLane:
 
     def server_target(self, protocol: str) -> str:
         server = self.lane.server
-        return server.sglang_target if protocol == "sglang-scheduler" else server.target
+        return {
+            "sglang-scheduler": server.sglang_target,
+            "sglang-runtime": server.sglang_runtime_target,
+        }.get(protocol, server.target)
 
     def target(self, protocol: str, mutant: str) -> str:
         return f"127.0.0.1:{self.ports[protocol][mutant]}"

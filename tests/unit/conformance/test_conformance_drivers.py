@@ -322,11 +322,16 @@ def test_profiles_name_real_clauses_and_cases() -> None:
     assert all(
         PROFILES["lmrpc"].clause(c).applies
         for c in CLAUSES
-        if not c.startswith("SMG") and CLAUSES[c].checkable
+        if not c.startswith(("SMG", "SRT")) and CLAUSES[c].checkable
     )
     engine_only = [c for c in CLAUSES if c.startswith("SMG") and CLAUSES[c].checkable]
     assert engine_only and all(
         PROFILES[p].clause(c).applies for p in ("vllm-engine", "sglang-scheduler") for c in engine_only
+    )
+    runtime_only = [c for c in CLAUSES if c.startswith("SRT")]
+    assert runtime_only and all(PROFILES["sglang-runtime"].clause(c).applies for c in runtime_only)
+    assert not any(
+        PROFILES[p].clause(c).applies for p in PROFILES if p != "sglang-runtime" for c in runtime_only
     )
 
 

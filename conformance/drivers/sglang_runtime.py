@@ -1,0 +1,664 @@
+"""``sglang.runtime.v1.SglangService``, SGLang's native gRPC service (the one every SGLang process
+serves beside HTTP), as the harness drives it.
+
+It is a *server-side tokenizer* protocol: ``TextGenerate`` takes text and ``Generate`` token ids,
+and the server matches stop strings itself. The driver sends every request through ``Generate``
+(token ids out, which every check needs); a text prompt is first tokenized with the server's own
+``Tokenize``, the ids ``TextGenerate`` would run. Its semantics, as SGLang's clients rely on them:
+
+- responses are *cumulative* unless ``GetServerInfo`` declares ``incremental_streaming_output``:
+  every response of an output carries all of its ids so far, each extending the last (SRT-1);
+  declared deltas carry only new ids;
+- ``meta_info`` is a map of JSON texts: ``id``, ``index`` (which output, where n > 1),
+  ``prompt_tokens``, ``completion_tokens`` (the output's so far), ``cached_tokens`` and
+  ``finish_reason`` (null until the output ends, then ``{"type": ..., "matched": ...}``) (SRT-2);
+- an output's last response is the only one with a finish reason, and it says ``finished``
+  (SRT-3);
+- ``Abort`` takes one ``rid`` or ``abort_all`` and its ``success`` says nothing per id; an aborted
+  stream ends in-band, every unfinished output finishing "abort" (SRT-4).
+
+The breaks of those rules that leave no trace in the normalised events are findings of the SRT
+clauses (contract §15); the rest is judged by the lmrpc.v1 clauses through this protocol's
+profile. There is no seed, no chat input (chat is the OpenAI pass-through, ``ChatComplete``) and
+no advertised capability: what the server promises beyond the protocol comes from ``--assume``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from grpclib import GRPCError, Status
+from grpclib.client import Channel
+from grpclib.const import Cardinality
+from grpclib.metadata import Deadline
+
+from conformance.drivers.base import Discovered, Driver
+from conformance.drivers.engine import (
+    DEADLINE_STATUSES,
+    MAX_OUTPUTS,
+    MAX_STOP_STRINGS,
+    MAX_TOP_LOGPROBS,
+    Promises,
+)
+from conformance.drivers.normalize import Normalizer
+from conformance.stream.record import Finding
+from conformance.stream.wire import Decoded
+from lmrpc._gen.sglang.runtime import v1 as rt
+from lmrpc.v1 import (
+    AbortOutcome,
+    AbortRequest,
+    AbortResponse,
+    AbortStatus,
+    Capabilities,
+    ControlServiceStub,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    EffectiveDefaults,
+    EmbedRequest,
+    EmbedResponse,
+    FlushCacheRequest,
+    FlushCacheResponse,
+    GenerateRequest,
+    GenerateResponse,
+    GetLoadRequest,
+    GetLoadResponse,
+    GetModelInfoRequest,
+    GetModelInfoResponse,
+    GetServerInfoRequest,
+    GetServerInfoResponse,
+    InferenceServiceStub,
+    Load,
+    ModelInfo,
+    PauseGenerationRequest,
+    PauseGenerationResponse,
+    ResponseOptions,
+    ResumeGenerationRequest,
+    ResumeGenerationResponse,
+    SamplingParams,
+    ServerInfo,
+    ServerLimits,
+    StoppingCriteria,
+    TokenIds,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+
+if TYPE_CHECKING:
+    from betterproto2.grpclib.grpclib_client import MetadataLike
+
+SERVICE = "sglang.runtime.v1.SglangService"
+TOP_K_DISABLED = -1  # SGLang's "no top-k"; lmrpc's is 0
+# SGLang's request defaults (its SamplingParams), for what a request leaves out.
+SGLANG_DEFAULTS = EffectiveDefaults(
+    temperature=1.0,
+    top_p=1.0,
+    top_k=0,
+    min_p=0.0,
+    frequency_penalty=0.0,
+    presence_penalty=0.0,
+    repetition_penalty=1.0,
+    n=1,
+    max_tokens=128,
+    min_tokens=0,
+)
+META_NUMBERS = ("prompt_tokens", "completion_tokens", "cached_tokens")
+REASONS = ("stop", "length", "abort")
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _integer(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# ── the normalised views of one native response ─────────────────────────
+@dataclass(frozen=True, slots=True)
+class _Top:
+    values: list[float]
+    token_ids: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Logprobs:
+    token_logprobs: list[float]
+    token_ids: list[int]
+    top_logprobs: list[_Top]
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """One output's new ids (a chunk) or its whole output (a complete), with the counts of meta_info."""
+
+    token_ids: list[int]
+    output_ids: list[int]
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    index: int
+    output_logprobs: _Logprobs | None
+    finish_reason: str = ""
+    matched_token_id: int | None = None
+    matched_stop_str: str | None = None
+
+
+def _logprobs(meta: dict[str, Any], start: int) -> _Logprobs | None:
+    """The output's logprob tuples ``[logprob, token_id, text]`` from ``start`` on."""
+    tuples = meta.get("output_token_logprobs")
+    if not isinstance(tuples, list):
+        return None
+    tops = meta.get("output_top_logprobs")
+    tops = tops if isinstance(tops, list) else []
+    rows = [t for t in tuples[start:] if isinstance(t, list) and len(t) >= 2]
+    top_rows = []
+    for i in range(start, start + len(rows)):
+        candidates = tops[i] if i < len(tops) and isinstance(tops[i], list) else []
+        good = [c for c in candidates if isinstance(c, list) and len(c) >= 2]
+        top_rows.append(_Top([float(c[0]) for c in good], [int(c[1]) for c in good]))
+    return _Logprobs([float(t[0]) for t in rows], [int(t[1]) for t in rows], top_rows)
+
+
+@dataclass
+class _OutputState:
+    ids: list[int] = field(default_factory=list)
+    finishes: int = 0
+    rid: str | None = None
+
+
+@dataclass
+class RuntimeReader:
+    """Reads one Generate call's native responses into lmrpc.v1 events, checking SRT-1..3."""
+
+    normalizer: Normalizer
+    incremental: bool  # the server declared incremental_streaming_output
+    sent_rid: str
+    _outputs: dict[int, _OutputState] = field(default_factory=dict)
+    _rid: str | None = None
+
+    def note(self, clause: str, what: str, want: object, got: object) -> None:
+        self.normalizer.note(clause, what, want, got)
+
+    def meta(self, native: rt.GenerateResponse) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for key, text in native.meta_info.items():
+            try:
+                values[key] = json.loads(text)
+            except ValueError:
+                self.note("SRT-2", f"meta_info[{key!r}]", "JSON text", text[:60])
+                values[key] = text
+        for key in ("id", *META_NUMBERS, "finish_reason"):
+            if key not in values:
+                self.note("SRT-2", f"meta_info[{key!r}]", "present on every response", "missing")
+        if "id" in values and not isinstance(values["id"], str):
+            self.note("SRT-2", "meta_info['id']", "a JSON string", native.meta_info["id"][:60])
+        for key in META_NUMBERS:
+            if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool)):
+                self.note("SRT-2", f"meta_info[{key!r}]", "a JSON integer", native.meta_info[key][:60])
+        reason = values.get("finish_reason")
+        if reason is not None and not (isinstance(reason, dict) and reason.get("type") in REASONS):
+            self.note("SRT-2", "meta_info['finish_reason']", 'null or {"type": "stop"|"length"|"abort", ...}',
+                      native.meta_info.get("finish_reason", "")[:80])  # fmt: skip
+        return values
+
+    def read(self, native: rt.GenerateResponse) -> list[GenerateResponse]:
+        meta = self.meta(native)
+        rid = meta.get("id") if isinstance(meta.get("id"), str) else None
+        self._check_rid(rid)
+        request_id = self.sent_rid or rid or ""
+        index = meta.get("index", 0)
+        index = index if isinstance(index, int) and not isinstance(index, bool) else 0
+        output = self._outputs.setdefault(index, _OutputState())
+        ids = list(native.output_ids)
+        new = self._new_ids(index, output, ids)
+        reason = meta.get("finish_reason")
+        reason = reason if isinstance(reason, dict) else None
+        self._check_finished(index, output, reason, native.finished)
+        prompt, completion, cached = (_integer(meta.get(key)) for key in META_NUMBERS)
+        start = len(output.ids)
+        output.ids += new
+        events: list[GenerateResponse] = []
+        if self.normalizer.streaming and (new or reason is None):
+            # on the finished response, the output's last ids (if any) become a chunk of their own
+            so_far = completion if reason is None else len(output.ids)
+            chunk = _View(new, [], prompt, so_far, cached, index, _logprobs(meta, start))
+            events += self.normalizer.chunk(request_id, chunk)
+        if reason is not None:
+            matched = reason.get("matched")
+            complete = _View(
+                [],
+                list(output.ids),
+                prompt,
+                completion,
+                cached,
+                index,
+                _logprobs(meta, 0),
+                finish_reason=str(reason.get("type", "")),
+                matched_token_id=matched
+                if isinstance(matched, int) and not isinstance(matched, bool)
+                else None,
+                matched_stop_str=matched if isinstance(matched, str) else None,
+            )
+            events += self.normalizer.complete(request_id, complete)
+        return events
+
+    def _check_rid(self, rid: str | None) -> None:
+        if rid is None:
+            return
+        if self.sent_rid and rid != self.sent_rid:
+            self.note("SRT-2", "meta_info['id']", f"the rid sent ({self.sent_rid!r})", rid)
+        elif self._rid is not None and rid != self._rid:
+            self.note("SRT-2", "meta_info['id']", f"the same id on every response ({self._rid!r})", rid)
+        self._rid = self._rid or rid
+
+    def _new_ids(self, index: int, output: _OutputState, ids: list[int]) -> list[int]:
+        if not self.normalizer.streaming or self.incremental:
+            return ids
+        seen = output.ids
+        if ids[: len(seen)] != seen:
+            self.note(
+                "SRT-1",
+                f"response of output {index}: output_ids",
+                f"all of the output's ids so far, extending the last response's {len(seen)} "
+                "(incremental_streaming_output is not declared)",
+                f"{len(ids)} ids: {ids[:8]}",
+            )
+            return ids  # read as a delta, so the events show what the server sent
+        return ids[len(seen) :]
+
+    def _check_finished(
+        self, index: int, output: _OutputState, reason: dict[str, Any] | None, finished: bool
+    ) -> None:
+        if output.finishes and (reason is not None or not finished):
+            self.note("SRT-3", f"output {index}", "no response after its finished one", "another response")
+        if reason is not None:
+            output.finishes += 1
+        if finished and reason is None:
+            self.note("SRT-3", f"response of output {index}", "finished = true only with a finish_reason",
+                      "finished = true, finish_reason null")  # fmt: skip
+        if reason is not None and not finished:
+            self.note("SRT-3", f"response of output {index}", "finished = true with its finish_reason",
+                      f"finish_reason {reason.get('type')!r}, finished = false")  # fmt: skip
+
+
+class SglangRuntimeDriver(Driver):
+    protocol = "sglang-runtime"
+    service = SERVICE
+    abort_outcomes = False  # success says nothing per id
+    field_names = MappingProxyType(
+        {
+            "max_tokens": "max_new_tokens",
+            "min_tokens": "min_new_tokens",
+            "request_id": "rid",
+            "token_ids": "input_ids",
+            "token": "input_ids",
+            "stop_strings": "stop",
+            "top_logprobs": "top_logprobs_num",
+            "return_logprobs": "return_logprob",
+        }
+    )
+
+    def __init__(self, promises: Promises | None = None) -> None:
+        promises = promises or Promises()
+        if promises.seeded_sampling:
+            raise ValueError("--assume seeded_sampling: sglang-runtime has no seed field")
+        self.promises = promises
+        self.model = ModelInfo()
+        self.incremental = False
+
+    def stub(self, channel: Channel) -> rt.SglangServiceStub:
+        return rt.SglangServiceStub(channel)
+
+    # ── requests ─────────────────────────────────────────────
+    def express(self, request: GenerateRequest) -> GenerateRequest:
+        out = GenerateRequest.parse(bytes(request))
+        if out.chat is not None:
+            raise ValueError("sglang-runtime has no chat input on Generate: chat is ChatComplete's")
+        out.parse_special_tokens = None
+        asked = out.response or ResponseOptions()
+        out.response = ResponseOptions(
+            return_text=False,  # Generate returns ids; TextGenerate text (SRT-1's case reads both)
+            return_token_ids=True,
+            return_logprobs=asked.return_logprobs,
+            top_logprobs=asked.top_logprobs if asked.return_logprobs else 0,
+            final_only=asked.final_only,
+        )
+        s = out.sampling or SamplingParams()
+        out.sampling = SamplingParams(
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            min_p=s.min_p,
+            frequency_penalty=s.frequency_penalty,
+            presence_penalty=s.presence_penalty,
+            repetition_penalty=s.repetition_penalty,
+            n=s.n,
+            seed=None,  # no seed field
+        )
+        if out.stopping is not None:
+            out.stopping.include_stop_in_output = False  # no no_stop_trim field
+        return out
+
+    def native_request(self, request: GenerateRequest, ids: list[int]) -> rt.GenerateRequest:
+        s = request.sampling or SamplingParams()
+        st = request.stopping or StoppingCriteria()
+        r = request.response or ResponseOptions()
+        top_k = s.top_k
+        params = rt.SamplingParams(
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=TOP_K_DISABLED if top_k == 0 else top_k,
+            min_p=s.min_p,
+            frequency_penalty=s.frequency_penalty,
+            presence_penalty=s.presence_penalty,
+            repetition_penalty=s.repetition_penalty,
+            max_new_tokens=st.max_tokens,
+            min_new_tokens=st.min_tokens,
+            stop=list(st.stop_strings),
+            stop_token_ids=list(st.stop_token_ids),
+            ignore_eos=st.ignore_eos or None,
+            n=s.n,
+        )
+        return rt.GenerateRequest(
+            input_ids=ids,
+            sampling_params=params,
+            stream=not r.final_only,
+            return_logprob=r.return_logprobs or None,
+            top_logprobs_num=r.top_logprobs if r.return_logprobs and r.top_logprobs else None,
+            rid=request.request_id or None,
+        )
+
+    async def prompt_ids(
+        self, channel: Channel, request: GenerateRequest, timeout: float | None
+    ) -> list[int]:
+        if request.token_ids is not None:
+            return list(request.token_ids.ids)
+        reply = await self.stub(channel).tokenize(
+            rt.TokenizeRequest(text=request.text or ""), timeout=timeout
+        )
+        return list(reply.tokens)
+
+    # ── Generate ─────────────────────────────────────────────
+    async def events(
+        self, channel: Channel, request: GenerateRequest, deadline_s: float | None, findings: list[Finding]
+    ) -> AsyncGenerator[Decoded]:
+        ids = await self.prompt_ids(channel, request, deadline_s)
+        tokenized = GenerateRequest.parse(bytes(request))
+        tokenized.text, tokenized.token_ids = None, TokenIds(ids=ids)
+        normalizer = Normalizer(tokenized, True, tuple(self.model.eos_token_ids), findings)
+        reader = RuntimeReader(normalizer, self.incremental, request.request_id)
+        native = self.native_request(request, ids)
+        received = 0
+        try:
+            async with channel.request(
+                f"/{SERVICE}/Generate",
+                Cardinality.UNARY_STREAM,
+                rt.GenerateRequest,
+                rt.GenerateResponse,
+                timeout=deadline_s,
+            ) as stream:
+                await stream.send_message(native, end=True)
+                while (message := await stream.recv_message()) is not None:
+                    received += 1
+                    for event in reader.read(message):
+                        yield Decoded(event, None, True)
+                await stream.recv_trailing_metadata()
+        except GRPCError as exc:
+            if not received or (deadline_s is not None and exc.status in DEADLINE_STATUSES):
+                raise
+            yield Decoded(normalizer.failure(request.request_id, exc.status, exc.message or ""), None, True)
+
+    # ── discovery ────────────────────────────────────────────
+    async def discover(self, channel: Channel, timeout_s: float) -> Discovered:
+        stub = self.stub(channel)
+        server_json = await self.server_json(stub, timeout_s)
+        self.incremental = bool(server_json.get("incremental_streaming_output", False))
+        self.model = await self.model_info(stub, timeout_s, server_json)
+        load = await self.load(stub, timeout_s)
+        return Discovered(self.server_info(server_json), self.model, None, load.kv_tokens_total)
+
+    async def server_json(self, stub: rt.SglangServiceStub, timeout: float | None) -> dict[str, Any]:
+        return _json((await stub.get_server_info(rt.GetServerInfoRequest(), timeout=timeout)).json_info)
+
+    async def model_info(
+        self, stub: rt.SglangServiceStub, timeout: float | None, server: dict[str, Any]
+    ) -> ModelInfo:
+        native = await stub.get_model_info(rt.GetModelInfoRequest(), timeout=timeout)
+        info = _json(native.json_info)
+        window = int(info.get("max_context_length") or server.get("context_length") or 0)
+        bos = info.get("bos_token_id")
+        eos = info.get("eos_token_ids") or []
+        return ModelInfo(
+            model_id=str(server.get("served_model_name") or native.model_path),
+            architecture=str(info.get("model_type", "")),
+            vocab_size=int(info.get("vocab_size") or 0),
+            max_context_tokens=window,
+            eos_token_ids=[int(t) for t in eos] if isinstance(eos, list) else [],
+            bos_token_id=bos if isinstance(bos, int) and bos >= 0 else None,
+            defaults=SGLANG_DEFAULTS,
+            has_chat_template=False,
+        )
+
+    async def load(self, stub: rt.SglangServiceStub, timeout: float | None) -> Load:
+        """GetLoad's ranks summed (SGLang's GetLoadsReqOutput fields)."""
+        reply = await stub.get_load(rt.GetLoadRequest(), timeout=timeout)
+        try:
+            ranks = json.loads(reply.json_info or "[]")
+        except ValueError:
+            ranks = []
+        ranks = [r for r in (ranks if isinstance(ranks, list) else [ranks]) if isinstance(r, dict)]
+
+        def total(key: str) -> int:
+            return sum(int(r.get(key) or 0) for r in ranks)
+
+        running, waiting = total("num_running_reqs"), total("num_waiting_reqs")
+        return Load(
+            active_requests=running + waiting,
+            running_sequences=running,
+            waiting_sequences=waiting,
+            kv_tokens_in_use=total("num_used_tokens"),
+            kv_tokens_total=total("max_total_num_tokens"),
+        )
+
+    def server_info(self, server: dict[str, Any]) -> ServerInfo:
+        return ServerInfo(
+            server_name=str(server.get("server_type") or "sglang"),
+            server_version=str(server.get("version", "")),
+            contract_revision=0,
+            capabilities=self.capabilities(),
+            limits=ServerLimits(),
+        )
+
+    def capabilities(self) -> Capabilities:
+        """What the protocol can express, and what ``--assume`` says the server promises."""
+        return Capabilities(
+            text_input=True,  # tokenized by the server's own Tokenize
+            token_ids_input=True,
+            max_outputs=MAX_OUTPUTS,
+            truncation_sampling=True,
+            penalties=True,
+            deterministic_greedy=self.promises.deterministic_greedy,
+            stop_strings=True,
+            stop_token_ids=True,
+            logprobs=True,
+            max_top_logprobs=MAX_TOP_LOGPROBS,
+            prefix_cache=self.promises.prefix_cache,
+            tokenize=True,
+            admin=True,
+            final_only=True,
+            max_stop_strings=MAX_STOP_STRINGS,
+        )
+
+    def control(self, channel: Channel) -> ControlServiceStub:
+        return RuntimeControl(channel, self)
+
+    def inference(self, channel: Channel) -> InferenceServiceStub:
+        return RuntimeInference(channel, self)
+
+
+def _unsupported(rpc: str) -> GRPCError:
+    return GRPCError(
+        Status.UNIMPLEMENTED, f"sglang-runtime has no {rpc} (answered by the conformance driver)"
+    )
+
+
+class RuntimeControl(ControlServiceStub):
+    """lmrpc.v1's ControlService, answered through SglangService's RPCs."""
+
+    def __init__(self, channel: Channel, driver: SglangRuntimeDriver) -> None:
+        super().__init__(channel)
+        self.driver = driver
+        self.native = driver.stub(channel)
+
+    async def get_server_info(
+        self,
+        message: GetServerInfoRequest | None = None,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> GetServerInfoResponse:
+        server = await self.driver.server_json(self.native, timeout)
+        return GetServerInfoResponse(server=self.driver.server_info(server))
+
+    async def get_model_info(
+        self,
+        message: GetModelInfoRequest | None = None,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> GetModelInfoResponse:
+        server = await self.driver.server_json(self.native, timeout)
+        return GetModelInfoResponse(model=await self.driver.model_info(self.native, timeout, server))
+
+    async def get_load(
+        self,
+        message: GetLoadRequest | None = None,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> GetLoadResponse:
+        load = await self.driver.load(self.native, timeout)
+        load.paused = bool((await self.driver.server_json(self.native, timeout)).get("is_paused", False))
+        return GetLoadResponse(current=load)
+
+    async def abort(
+        self,
+        message: AbortRequest | None = None,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> AbortResponse:
+        if message is not None and message.all is not None:
+            await self.native.abort(rt.AbortRequest(abort_all=True), timeout=timeout)
+            return AbortResponse()
+        if message is None or message.request_ids is None or not message.request_ids.ids:
+            await self.native.abort(rt.AbortRequest(), timeout=timeout)  # no target: the server's to refuse
+            return AbortResponse()
+        outcomes = []
+        for rid in dict.fromkeys(message.request_ids.ids):  # one rid per call
+            await self.native.abort(rt.AbortRequest(rid=rid), timeout=timeout)
+            outcomes.append(AbortOutcome(request_id=rid, status=AbortStatus.UNSPECIFIED))
+        return AbortResponse(outcomes=outcomes)
+
+    async def flush_cache(
+        self,
+        message: FlushCacheRequest | None = None,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> FlushCacheResponse:
+        reply = await self.native.flush_cache(rt.FlushCacheRequest(), timeout=timeout)
+        if not reply.success:
+            raise GRPCError(Status.FAILED_PRECONDITION, f"FlushCache: {reply.message}")
+        return FlushCacheResponse()
+
+    async def tokenize(
+        self,
+        message: TokenizeRequest | None = None,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> TokenizeResponse:
+        if message is None or message.text is None:
+            raise _unsupported("Tokenize of chat messages (ChatComplete renders chat)")
+        reply = await self.native.tokenize(rt.TokenizeRequest(text=message.text), timeout=timeout)
+        return TokenizeResponse(token_ids=list(reply.tokens))
+
+    async def detokenize(
+        self,
+        message: DetokenizeRequest | None = None,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> DetokenizeResponse:
+        ids = list(message.token_ids) if message is not None else []
+        reply = await self.native.detokenize(rt.DetokenizeRequest(tokens=ids), timeout=timeout)
+        return DetokenizeResponse(text=reply.text)
+
+    async def pause_generation(
+        self,
+        message: PauseGenerationRequest | None = None,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> PauseGenerationResponse:
+        await self.native.pause_generation(rt.PauseGenerationRequest(mode="in_place"), timeout=timeout)
+        return PauseGenerationResponse()
+
+    async def resume_generation(
+        self,
+        message: ResumeGenerationRequest | None = None,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> ResumeGenerationResponse:
+        await self.native.continue_generation(rt.ContinueGenerationRequest(), timeout=timeout)
+        return ResumeGenerationResponse()
+
+
+class RuntimeInference(InferenceServiceStub):
+    """lmrpc.v1's InferenceService through SglangService: Generate as normalised events."""
+
+    def __init__(self, channel: Channel, driver: SglangRuntimeDriver) -> None:
+        super().__init__(channel)
+        self.driver = driver
+
+    async def generate(
+        self,
+        message: GenerateRequest,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> AsyncIterator[GenerateResponse]:
+        findings: list[Finding] = []
+        events = self.driver.events(self.channel, self.driver.express(message), timeout, findings)
+        async for decoded in events:
+            yield decoded.message
+
+    async def embed(
+        self,
+        message: EmbedRequest,
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> EmbedResponse:
+        raise _unsupported("Embed through the harness")
