@@ -117,8 +117,13 @@ def _json(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _integer(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _integer(value: object) -> int | None:
+    """A count as the server meant it: an integer, or digits in a string (SRT-2 reports the type)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
 
 
 # ── the normalised views of one native response ─────────────────────────
@@ -207,6 +212,8 @@ class RuntimeReader:
         if reason is not None and not (isinstance(reason, dict) and reason.get("type") in REASONS):
             self.note("SRT-2", "meta_info['finish_reason']", 'null or {"type": "stop"|"length"|"abort", ...}',
                       native.meta_info.get("finish_reason", "")[:80])  # fmt: skip
+            if isinstance(reason, str):  # read as meant, so that one fault is reported once
+                values["finish_reason"] = {"type": reason}
         return values
 
     def read(self, native: rt.GenerateResponse) -> list[GenerateResponse]:
@@ -218,11 +225,12 @@ class RuntimeReader:
         index = index if isinstance(index, int) and not isinstance(index, bool) else 0
         output = self._outputs.setdefault(index, _OutputState())
         ids = list(native.output_ids)
-        new = self._new_ids(index, output, ids)
+        prompt, completion, cached = (_integer(meta.get(key)) for key in META_NUMBERS)
+        new = self._new_ids(index, output, ids, completion)
         reason = meta.get("finish_reason")
         reason = reason if isinstance(reason, dict) else None
         self._check_finished(index, output, reason, native.finished)
-        prompt, completion, cached = (_integer(meta.get(key)) for key in META_NUMBERS)
+        prompt, completion, cached = prompt or 0, completion or 0, cached or 0
         start = len(output.ids)
         output.ids += new
         events: list[GenerateResponse] = []
@@ -259,20 +267,24 @@ class RuntimeReader:
             self.note("SRT-2", "meta_info['id']", f"the same id on every response ({self._rid!r})", rid)
         self._rid = self._rid or rid
 
-    def _new_ids(self, index: int, output: _OutputState, ids: list[int]) -> list[int]:
-        if not self.normalizer.streaming or self.incremental:
+    def _new_ids(self, index: int, output: _OutputState, ids: list[int], completion: int | None) -> list[int]:
+        """The ids new in this response. Where meta_info's count tells a whole output from a delta
+        (after the first response), it decides; elsewhere the server's declaration does, and a
+        response that does not extend the output cannot be cumulative. What the server sent against
+        what it declared is an SRT-1 finding."""
+        if not self.normalizer.streaming:
             return ids
         seen = output.ids
-        if ids[: len(seen)] != seen:
-            self.note(
-                "SRT-1",
-                f"response of output {index}: output_ids",
-                f"all of the output's ids so far, extending the last response's {len(seen)} "
-                "(incremental_streaming_output is not declared)",
-                f"{len(ids)} ids: {ids[:8]}",
-            )
-            return ids  # read as a delta, so the events show what the server sent
-        return ids[len(seen) :]
+        extends = ids[: len(seen)] == seen
+        as_whole = extends and len(ids) == completion
+        as_delta = len(seen) + len(ids) == completion
+        cumulative = as_whole if as_whole != as_delta else extends and not self.incremental
+        if cumulative == self.incremental:
+            declared = "incremental (only new ids)" if self.incremental else "cumulative (all ids so far)"
+            self.note("SRT-1", f"response of output {index}: output_ids",
+                      f"{declared}, as GetServerInfo declares; the output has {len(seen)} ids before it",
+                      f"{len(ids)} ids {ids[:8]}, completion_tokens {completion}")  # fmt: skip
+        return ids[len(seen) :] if cumulative else ids
 
     def _check_finished(
         self, index: int, output: _OutputState, reason: dict[str, Any] | None, finished: bool

@@ -19,7 +19,7 @@ from reference_server.testing import ServerProcess
 
 from .lanes import Outcome, _cases, run_harness
 from .protocols.engine_proxy import EngineProxy
-from .protocols.lanes import EngineLane
+from .protocols.lanes import EngineLane, server_target
 from .protocols.zoo import REFERENCE, ZOOS
 
 TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
@@ -79,7 +79,7 @@ def test_every_engine_mutant_declares_real_cases(protocol: str) -> None:
 def test_reference_server_passes_in_each_protocol(lanes: list[EngineLane]) -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
     lane = lanes[0]
-    for protocol in (*ZOOS, RUNTIME):  # one after the other: load-watching cases need a quiet server
+    for protocol in ZOOS:  # one after the other: load-watching cases need a quiet server
         lane.reset()
         outcome = run_harness(
             lane.server_target(protocol),
@@ -103,8 +103,8 @@ def test_auto_picks_each_ports_protocol(lanes: list[EngineLane], protocol: str) 
     REPORTS.mkdir(parents=True, exist_ok=True)
     lane = lanes[0]
     targets = {"its-proxy": (protocol, lane.target(protocol, REFERENCE))}  # that protocol's service only
-    if protocol == "sglang-scheduler":
-        targets["sglang-port"] = (protocol, lane.server_target(protocol))
+    if protocol in ("sglang-scheduler", RUNTIME):
+        targets["its-port"] = (protocol, lane.server_target(protocol))
     else:  # the main port serves lmrpc.v1 and the vLLM dialect
         targets["main-port"] = ("lmrpc", lane.server_target(protocol))
     for where, (want, target) in targets.items():
@@ -148,11 +148,8 @@ def test_the_default_fake_engine_passes_in_every_grpc_protocol() -> None:
     judges what the server did, never how far behind its own reading was (ABORT-2, ABORT-4)."""
     REPORTS.mkdir(parents=True, exist_ok=True)
     with ServerProcess(engine="fake", args=("--sglang-port", "0", "--sglang-runtime-port", "0")) as server:
-        for protocol in ("lmrpc", *ZOOS, RUNTIME):
-            target = {
-                "sglang-scheduler": server.sglang_target,
-                RUNTIME: server.sglang_runtime_target,
-            }.get(protocol, server.target)
+        for protocol in ("lmrpc", *ZOOS):
+            target = server_target(server, protocol)
             extra = ("--protocol", protocol) + (("--assume", ASSUME[protocol]) if protocol in ASSUME else ())
             outcome = run_harness(
                 target, REPORTS, f"default-fake-{protocol}", time_scale=TIME_SCALE, extra=extra

@@ -1,5 +1,6 @@
 """A mutating gRPC proxy for one of smg's engine protocols (``vllm.grpc.engine.VllmEngine`` or
-``sglang.grpc.scheduler.SglangScheduler``, message types from the pinned smg-grpc-proto in gen/):
+``sglang.grpc.scheduler.SglangScheduler``, message types from the pinned smg-grpc-proto in gen/) or
+for SGLang's native ``sglang.runtime.v1.SglangService``:
 forwards every RPC of the service, plus health and reflection, to a real reference server, and lets
 a mutant subclass inject exactly one fault. No fault-injection code lives in the server.
 
@@ -26,6 +27,7 @@ from grpclib.server import Server, Stream
 
 from conformance.stream.live import RawMessage
 from lmrpc._gen.sglang.grpc import scheduler as sglang
+from lmrpc._gen.sglang.runtime import v1 as rt
 from lmrpc._gen.vllm.grpc import engine as vllm
 
 from ..proxy import PASSTHROUGH
@@ -135,6 +137,9 @@ class EngineProxy:
     def pin_seed(self, request: Any) -> Any:
         return request
 
+    def request_id(self, request: Any) -> str:
+        return str(request.request_id)
+
     # ── plumbing ─────────────────────────────────────────────
     def __mapping__(self) -> dict[str, Handler]:
         mapping: dict[str, Handler] = {}
@@ -208,7 +213,7 @@ class EngineProxy:
         request = await stream.recv_message()
         assert request is not None
         call = EngineCall(self.pin_seed(request))
-        rid = request.request_id
+        rid = self.request_id(request)
         if rid:
             self.calls[rid] = call
         try:
@@ -255,6 +260,18 @@ class SglangProxy(EngineProxy):
     protocol = "sglang-scheduler"
     module = sglang
     base = sglang.SglangSchedulerBase
+
+
+class RuntimeProxy(EngineProxy):
+    """SGLang's native service, ``sglang.runtime.v1.SglangService`` (not an smg engine protocol, but
+    proxied the same way: its Generate is the stream the hooks see)."""
+
+    protocol = "sglang-runtime"
+    module = rt
+    base = rt.SglangServiceBase
+
+    def request_id(self, request: Any) -> str:
+        return str(request.rid or "")
 
 
 def make_server(proxy: EngineProxy) -> Server:

@@ -25,10 +25,21 @@ SERVER_ARGS = (
 )  # fmt: skip
 
 
+PROTOCOLS = ("vllm-engine", "sglang-scheduler", "sglang-runtime")  # each with a zoo in front of its port
+
+
+def server_target(server: ServerProcess, protocol: str) -> str:
+    """The reference server's port for ``protocol`` (the main port serves lmrpc.v1 and the vLLM dialect)."""
+    return {
+        "sglang-scheduler": server.sglang_target,
+        "sglang-runtime": server.sglang_runtime_target,
+    }.get(protocol, server.target)
+
+
 @dataclass
 class EngineLane:
     lane: Lane  # the server and its reset, with the vLLM zoo as its zoo
-    sglang_zoo: subprocess.Popen[bytes]
+    other_zoos: list[subprocess.Popen[bytes]]
     ports: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @staticmethod
@@ -37,13 +48,10 @@ class EngineLane:
         zoos: list[subprocess.Popen[bytes]] = []
         ports = {}
         try:
-            for protocol, upstream in (
-                ("vllm-engine", server.target),
-                ("sglang-scheduler", server.sglang_target),
-            ):
+            for protocol in PROTOCOLS:
                 zoo, ports[protocol] = start_zoo(
-                    "tests.selftest.protocols.zoo", "--protocol", protocol, "--upstream", upstream,
-                    timeout_s=timeout_s,
+                    "tests.selftest.protocols.zoo", "--protocol", protocol,
+                    "--upstream", server_target(server, protocol), timeout_s=timeout_s,
                 )  # fmt: skip
                 zoos.append(zoo)
         except BaseException:
@@ -51,14 +59,10 @@ class EngineLane:
                 zoo.kill()
             server.stop()
             raise
-        return EngineLane(Lane(server, zoos[0]), zoos[1], ports)
+        return EngineLane(Lane(server, zoos[0]), zoos[1:], ports)
 
     def server_target(self, protocol: str) -> str:
-        server = self.lane.server
-        return {
-            "sglang-scheduler": server.sglang_target,
-            "sglang-runtime": server.sglang_runtime_target,
-        }.get(protocol, server.target)
+        return server_target(self.lane.server, protocol)
 
     def target(self, protocol: str, mutant: str) -> str:
         return f"127.0.0.1:{self.ports[protocol][mutant]}"
@@ -67,10 +71,11 @@ class EngineLane:
         self.lane.reset()
 
     def stop(self) -> None:
-        if self.sglang_zoo.poll() is None:
-            self.sglang_zoo.terminate()
-            try:
-                self.sglang_zoo.wait(10)
-            except subprocess.TimeoutExpired:
-                self.sglang_zoo.kill()
+        for zoo in self.other_zoos:
+            if zoo.poll() is None:
+                zoo.terminate()
+                try:
+                    zoo.wait(10)
+                except subprocess.TimeoutExpired:
+                    zoo.kill()
         self.lane.stop()

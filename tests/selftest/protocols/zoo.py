@@ -1,4 +1,4 @@
-"""Serve one engine protocol's mutants (and an unmutated proxy) in one process, each on its own port.
+"""Serve one protocol's mutants (and an unmutated proxy) in one process, each on its own port.
 
     python -m tests.selftest.protocols.zoo --protocol vllm-engine --upstream 127.0.0.1:50051 \\
         --ready-file /tmp/zoo.json
@@ -16,7 +16,8 @@ import signal
 
 from grpclib.server import Server
 
-from .engine_proxy import EngineProxy, SglangProxy, VllmProxy, make_server
+from .engine_proxy import EngineProxy, RuntimeProxy, SglangProxy, VllmProxy, make_server
+from .runtime_faults import RUNTIME_MUTANTS
 from .sglang_faults import SGLANG_MUTANTS
 from .vllm_faults import VLLM_MUTANTS
 
@@ -24,6 +25,7 @@ REFERENCE = "reference-proxy"
 ZOOS: dict[str, tuple[type[EngineProxy], tuple[type[EngineProxy], ...]]] = {
     "vllm-engine": (VllmProxy, VLLM_MUTANTS),
     "sglang-scheduler": (SglangProxy, SGLANG_MUTANTS),
+    "sglang-runtime": (RuntimeProxy, RUNTIME_MUTANTS),
 }
 
 

@@ -1,0 +1,535 @@
+"""The sglang-runtime mutant zoo: the reference server's ``sglang.runtime.v1.SglangService`` behind a
+proxy with exactly one fault, each declaring the cases that must fail against it, no more and no
+fewer. The faults are the ways SGLang's native stream has hurt its clients (notes/protocols.md):
+cumulative read as delta and back, the last ids lost, stringly-typed ``meta_info`` gone wrong, a
+finish flag that lies, an Abort that misses outputs. Controls are correct variants that must pass
+every case."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from lmrpc._gen.sglang.runtime import v1 as rt
+
+from .engine_faults import COMPARES_RUNS
+from .engine_proxy import EngineCall, RuntimeProxy
+
+# The state machine's random programs race aborts, cancels and deadlines against generation: a
+# fault in how outputs end may trip one of its invariants in a run, or not.
+STATE_MACHINE = frozenset({"*[stateful]"})
+
+
+def meta(response: Any) -> dict[str, Any]:
+    return {key: json.loads(text) for key, text in response.meta_info.items()}
+
+
+def set_meta(response: Any, values: dict[str, Any]) -> Any:
+    response.meta_info = {key: json.dumps(value) for key, value in values.items()}
+    return response
+
+
+def finished_reason(response: Any) -> dict[str, Any] | None:
+    reason = meta(response).get("finish_reason")
+    return reason if isinstance(reason, dict) else None
+
+
+def index_of(response: Any) -> int:
+    return int(meta(response).get("index", 0))
+
+
+# ── cumulative or delta ──────────────────────────────────────
+class DeltaIds(RuntimeProxy):
+    """Generate's streamed responses carry only their new ids while the server declares nothing
+    (incremental_streaming_output false): the delta/cumulative mix-up."""
+
+    name = "runtime-delta-ids"
+    expected = frozenset({"SRT-1[ids]"})
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        sent: dict[int, int] = {}
+        async for response in events:
+            index = index_of(response)
+            if call.streaming:
+                ids = list(response.output_ids)
+                response.output_ids = ids[sent.get(index, 0) :]
+                sent[index] = len(ids)
+            yield response
+
+
+class DeltaText(RuntimeProxy):
+    """TextGenerate's streamed responses carry only their new text (Generate's stay cumulative)."""
+
+    name = "runtime-delta-text"
+    expected = frozenset({"SRT-1[text]"})
+
+    async def replies(self, method: str, replies: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        sent: dict[int, int] = {}
+        async for response in replies:
+            if method == "text_generate":
+                index = index_of(response)
+                text = response.text
+                response.text = text[sent.get(index, 0) :]
+                sent[index] = len(text)
+            yield response
+
+
+class DeclaresIncremental(RuntimeProxy):
+    """GetServerInfo declares incremental_streaming_output while every stream is cumulative."""
+
+    name = "runtime-declares-incremental"
+    expected = frozenset({"SRT-1[ids]", "SRT-1[text]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await self.forward(method, request)
+        if method == "get_server_info":
+            info = json.loads(reply.json_info)
+            info["incremental_streaming_output"] = True
+            reply.json_info = json.dumps(info)
+        return reply
+
+
+class LastIdsLost(RuntimeProxy):
+    """The last id of every output reaches no response: the finished response repeats the ids of the
+    one before it (the last tokens lost, sgl-project/sglang#19895)."""
+
+    name = "runtime-last-ids-lost"
+    expected = frozenset(
+        {
+            "ABORT-2[mid-stream]",
+            "ABORT-4[n=2]",
+            "ABORT-4[n=4]",
+            "ABORT-5",
+            "FINISH-2",
+            "N-1",
+            "SRT-1[ids]",
+            "SRT-4[abort_all]",
+            "SRT-4[rid]",
+            "STOP-3",
+            "STREAM-7",
+            "STREAM-8[greedy]",
+            "USAGE-5",
+        }
+    )
+    tolerated = (
+        COMPARES_RUNS
+        | STATE_MACHINE
+        | {
+            "ABORT-2[before-first-token]",
+            "ABORT-2[right-after-send]",
+            "FINISH-5",
+            "N-1[n=4]",
+            "STOP-5[default]",
+        }
+    )
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        held: dict[int, Any] = {}
+        async for response in events:
+            index = index_of(response)
+            if not call.streaming:
+                yield response
+                continue
+            if finished_reason(response) is None:
+                if index in held:
+                    yield held.pop(index)
+                held[index] = response
+                continue
+            previous = held.pop(index, None)
+            response.output_ids = list(previous.output_ids)[:-1] if previous is not None else []
+            yield response
+
+
+class LogprobsNotCumulative(RuntimeProxy):
+    """output_token_logprobs carries only the new tokens' entries while the ids are cumulative."""
+
+    name = "runtime-logprobs-delta"
+    expected = frozenset({"STREAM-7"})
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        sent: dict[int, int] = {}
+        async for response in events:
+            values = meta(response)
+            tuples = values.get("output_token_logprobs")
+            if call.streaming and isinstance(tuples, list) and finished_reason(response) is None:
+                index = index_of(response)
+                values["output_token_logprobs"] = tuples[sent.get(index, 0) :]
+                sent[index] = len(tuples)
+                set_meta(response, values)
+            yield response
+
+
+# ── meta_info ────────────────────────────────────────────────
+class BareId(RuntimeProxy):
+    """meta_info's id is written as bare text, not as JSON (a client's json.loads fails)."""
+
+    name = "runtime-meta-bare-id"
+    expected = frozenset({"SRT-1[text]", "SRT-2", "SRT-4[abort_all]", "SRT-4[rid]"})
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            response.meta_info["id"] = meta(response)["id"]
+            yield response
+
+    async def replies(self, method: str, replies: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in replies:
+            if method == "text_generate":
+                response.meta_info["id"] = meta(response)["id"]
+            yield response
+
+
+class NumbersAsStrings(RuntimeProxy):
+    """meta_info's token counts are JSON strings ("12" quoted), not numbers."""
+
+    name = "runtime-meta-numbers-as-strings"
+    expected = frozenset({"SRT-2", "SRT-4[abort_all]", "SRT-4[rid]"})
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            values = meta(response)
+            for key in ("prompt_tokens", "completion_tokens", "cached_tokens"):
+                values[key] = str(values[key])
+            yield set_meta(response, values)
+
+
+class CompletionTokensPerResponse(RuntimeProxy):
+    """completion_tokens counts the response's new ids, not the output's so far."""
+
+    name = "runtime-completion-tokens-delta"
+    expected = frozenset({"SRT-2", "USAGE-5"})
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        sent: dict[int, int] = {}
+        async for response in events:
+            index = index_of(response)
+            total = len(response.output_ids)
+            values = meta(response)
+            if call.streaming and finished_reason(response) is None:
+                values["completion_tokens"] = total - sent.get(index, 0)
+                sent[index] = total
+            yield set_meta(response, values)
+
+
+class PromptTokensPlusOne(RuntimeProxy):
+    """prompt_tokens counts a BOS token the server never ran."""
+
+    name = "runtime-prompt-tokens-plus-one"
+    expected = frozenset({"SRT-2", "USAGE-2"})
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            values = meta(response)
+            values["prompt_tokens"] += 1
+            yield set_meta(response, values)
+
+
+class CachedOverPrompt(RuntimeProxy):
+    """cached_tokens on the finished response exceeds prompt_tokens (a count of cached blocks' slots)."""
+
+    name = "runtime-cached-over-prompt"
+    expected = frozenset({"SRT-2", "USAGE-4", "USAGE-7[after-flush]"})
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            values = meta(response)
+            if finished_reason(response) is not None:
+                values["cached_tokens"] = values["prompt_tokens"] + 16
+            yield set_meta(response, values)
+
+
+class IndexMissing(RuntimeProxy):
+    """meta_info has no index: the outputs of an n > 1 request cannot be told apart."""
+
+    name = "runtime-index-missing"
+    expected = frozenset(
+        {
+            "ABORT-4[n=2]",
+            "ABORT-4[n=4]",
+            "ABORT-5",
+            "FINISH-1",
+            "FINISH-3",
+            "N-1",
+            "N-1[n=2]",
+            "N-1[n=4]",
+            "SAMPLE-2[n]",
+            "SRT-1[text]",
+            "SRT-3",
+            "SRT-4[abort_all]",
+            "SRT-4[rid]",
+            "STREAM-2",
+            "STREAM-7",
+            "USAGE-5",
+        }
+    )
+    tolerated = STATE_MACHINE
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            values = meta(response)
+            values.pop("index", None)
+            yield set_meta(response, values)
+
+    async def replies(self, method: str, replies: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in replies:
+            if method == "text_generate":
+                values = meta(response)
+                values.pop("index", None)
+                set_meta(response, values)
+            yield response
+
+
+class FinishReasonString(RuntimeProxy):
+    """finish_reason is a bare string ("stop") instead of SGLang's object."""
+
+    name = "runtime-finish-reason-string"
+    expected = frozenset(
+        {
+            "FINISH-5",
+            "FINISH-6[stop-at-max-tokens]",
+            "SRT-2",
+            "SRT-4[abort_all]",
+            "SRT-4[rid]",
+            "STOP-3",
+            "STOP-5[default]",
+        }
+    )
+    tolerated = STATE_MACHINE
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            values = meta(response)
+            reason = values.get("finish_reason")
+            if isinstance(reason, dict):
+                values["finish_reason"] = reason.get("type")
+            yield set_meta(response, values)
+
+
+class RidNotEchoed(RuntimeProxy):
+    """meta_info's id is an id the server made up, not the rid the client sent."""
+
+    name = "runtime-rid-not-echoed"
+    expected = frozenset({"SRT-2", "SRT-4[abort_all]", "SRT-4[rid]"})
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            values = meta(response)
+            values["id"] = f"srv-{values['id']}"
+            yield set_meta(response, values)
+
+
+# ── finished ─────────────────────────────────────────────────
+class FinishedFlagMissing(RuntimeProxy):
+    """An output's finished response (finish_reason set) says finished = false."""
+
+    name = "runtime-finished-flag-missing"
+    expected = frozenset({"SRT-3", "SRT-4[abort_all]", "SRT-4[rid]"})
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            response.finished = False
+            yield response
+
+
+class FinishedOnEveryResponse(RuntimeProxy):
+    """Every response says finished = true, also before its output's finish reason."""
+
+    name = "runtime-finished-early"
+    expected = frozenset({"SRT-3", "SRT-4[abort_all]", "SRT-4[rid]"})
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            response.finished = True
+            yield response
+
+
+class FinishRepeated(RuntimeProxy):
+    """Output 0's finished response is sent twice."""
+
+    name = "runtime-finish-repeated"
+    expected = frozenset(
+        {
+            "ABORT-2[before-first-token]",
+            "ABORT-2[mid-stream]",
+            "ABORT-2[right-after-send]",
+            "ABORT-5",
+            "FINISH-1",
+            "FINISH-3",
+            "N-1[n=2]",
+            "N-1[n=4]",
+            "SRT-3",
+            "SRT-4[abort_all]",
+            "SRT-4[rid]",
+            "USAGE-7[after-flush]",
+        }
+    )
+    tolerated = STATE_MACHINE
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            yield response
+            if finished_reason(response) is not None and index_of(response) == 0:
+                yield rt.GenerateResponse.parse(bytes(response))
+
+
+# ── abort ────────────────────────────────────────────────────
+class AbortSuccessFalse(RuntimeProxy):
+    """Abort(rid) carries out the abort but answers success = false."""
+
+    name = "runtime-abort-success-false"
+    expected = frozenset({"SRT-4[rid]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await self.forward(method, request)
+        if method == "abort" and request.rid:
+            reply.success = False
+        return reply
+
+
+class AbortAllNoop(RuntimeProxy):
+    """abort_all answers success and aborts nothing."""
+
+    name = "runtime-abort-all-noop"
+    expected = frozenset({"SRT-4[abort_all]", "ABORT-5"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "abort" and request.abort_all:
+            return rt.AbortResponse(success=True)
+        return await self.forward(method, request)
+
+
+class AbortMissesOutputs(RuntimeProxy):
+    """An aborted n > 1 request ends output 0 only: the other outputs' abort finish never comes
+    (sgl-project/sglang#32588: abort not reaching n > 1 outputs)."""
+
+    name = "runtime-abort-misses-outputs"
+    expected = frozenset({"ABORT-4[n=2]", "ABORT-4[n=4]", "ABORT-5", "SRT-4[abort_all]", "SRT-4[rid]"})
+    tolerated = STATE_MACHINE
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            reason = finished_reason(response)
+            if reason is not None and reason.get("type") == "abort" and index_of(response) > 0:
+                continue
+            yield response
+
+
+class AbortAsStop(RuntimeProxy):
+    """An aborted output's finish reason says "stop"."""
+
+    name = "runtime-abort-as-stop"
+    expected = frozenset(
+        {
+            "ABORT-2[before-first-token]",
+            "ABORT-2[mid-stream]",
+            "ABORT-2[right-after-send]",
+            "ABORT-4[n=2]",
+            "ABORT-4[n=4]",
+            "ABORT-5",
+            "ABORT-6",
+            "SRT-4[abort_all]",
+            "SRT-4[rid]",
+        }
+    )
+    tolerated = STATE_MACHINE
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            values = meta(response)
+            reason = values.get("finish_reason")
+            if isinstance(reason, dict) and reason.get("type") == "abort":
+                values["finish_reason"] = {"type": "stop", "matched": None}
+                set_meta(response, values)
+            yield response
+
+
+# ── the other RPCs ───────────────────────────────────────────
+class LoadNeverIdle(RuntimeProxy):
+    """GetLoad counts one running request more than there is (a gateway never sees it idle)."""
+
+    name = "runtime-load-never-idle"
+    expected = frozenset({"LOAD-1[idle]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await self.forward(method, request)
+        if method == "get_load":
+            ranks = json.loads(reply.json_info)
+            for rank in ranks:
+                rank["num_running_reqs"] += 1
+            reply.json_info = json.dumps(ranks)
+        return reply
+
+
+class PauseIgnored(RuntimeProxy):
+    """PauseGeneration answers and pauses nothing."""
+
+    name = "runtime-pause-ignored"
+    expected = frozenset({"LIFE-3[pause]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "pause_generation":
+            return rt.PauseGenerationResponse(message="paused")
+        return await self.forward(method, request)
+
+
+# ── controls ─────────────────────────────────────────────────
+class MetaInOtherOrder(RuntimeProxy):
+    """Control: meta_info's keys in another order (a map has none); must pass everything."""
+
+    name = "runtime-control-meta-order"
+    is_control = True
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in events:
+            response.meta_info = dict(sorted(response.meta_info.items(), reverse=True))
+            yield response
+
+
+class LastIdsInFinished(RuntimeProxy):
+    """Control: an output's last ids arrive only in its finished response (SGLang's own server sends
+    the last token with the finish); the stream is cumulative, so nothing is lost."""
+
+    name = "runtime-control-last-ids-in-finished"
+    is_control = True
+
+    async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        held: dict[int, Any] = {}
+        async for response in events:
+            index = index_of(response)
+            if call.streaming and finished_reason(response) is None:
+                if index in held:
+                    yield held.pop(index)
+                held[index] = response
+                continue
+            held.pop(index, None)
+            yield response
+        for response in held.values():
+            yield response
+
+
+RUNTIME_MUTANTS: tuple[type[RuntimeProxy], ...] = (
+    DeltaIds,
+    DeltaText,
+    DeclaresIncremental,
+    LastIdsLost,
+    LogprobsNotCumulative,
+    BareId,
+    NumbersAsStrings,
+    CompletionTokensPerResponse,
+    PromptTokensPlusOne,
+    CachedOverPrompt,
+    IndexMissing,
+    FinishReasonString,
+    RidNotEchoed,
+    FinishedFlagMissing,
+    FinishedOnEveryResponse,
+    FinishRepeated,
+    AbortSuccessFalse,
+    AbortAllNoop,
+    AbortMissesOutputs,
+    AbortAsStop,
+    LoadNeverIdle,
+    PauseIgnored,
+    MetaInOtherOrder,
+    LastIdsInFinished,
+)
