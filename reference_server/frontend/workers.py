@@ -36,6 +36,7 @@ class WorkerSet:
         self.link.on_failure = on_failure
         self.processes: dict[str, multiprocessing.process.BaseProcess] = {}
         self._stopping = False
+        self._ready = False  # both workers said ready: only then is a Shutdown message read
 
     async def start(self, timeout_s: float) -> ipc.EngineInfo:
         """Spawn the workers and wait until both are ready. Raises WorkerUnavailableError (a
@@ -52,26 +53,35 @@ class WorkerSet:
             loop.add_reader(process.sentinel, self._on_exit, role)
         try:
             async with asyncio.timeout(timeout_s):
-                return await self.link.wait_ready(ROLES)
+                info = await self.link.wait_ready(ROLES)
         except TimeoutError:
             raise WorkerUnavailableError(f"workers not ready after {timeout_s:g} s") from None
+        self._ready = True
+        return info
 
     async def stop(self) -> None:
-        """Shut the workers down (at once if one already died) and release the IPC folder."""
+        """Shut the workers down and release the IPC folder. Ready workers finish their step and
+        exit on a Shutdown message; workers that died, or are still starting (a restart under way,
+        which may take long on a loaded machine), are terminated at once."""
         self._stopping = True
-        healthy = self.link.failure is None
+        all_alive = all(p.is_alive() for p in self.processes.values())  # a death not yet noticed counts
+        healthy = self._ready and self.link.failure is None and all_alive
         if healthy:
             try:
                 self.link.send(ipc.Shutdown())  # the scheduler passes it on to the detokenizer
             except WorkerUnavailableError:
                 healthy = False
-        for process in self.processes.values():
-            await asyncio.to_thread(process.join, SHUTDOWN_GRACE_S if healthy else 0.0)
-            if process.is_alive():
-                process.terminate()
-                await asyncio.to_thread(process.join, KILL_GRACE_S)
-            if process.is_alive():
-                process.kill()
+        if healthy:
+            for process in self.processes.values():  # the scheduler first
+                await asyncio.to_thread(process.join, SHUTDOWN_GRACE_S)
+                if process.exitcode != 0:
+                    break  # it died rather than shut down: the next never got the Shutdown
+        Process = multiprocessing.process.BaseProcess
+        for signal_them in (Process.terminate, Process.kill):
+            alive = [p for p in self.processes.values() if p.is_alive()]
+            for process in alive:
+                signal_them(process)
+            for process in alive:  # signalled together, they end side by side
                 await asyncio.to_thread(process.join, KILL_GRACE_S)
         self.link.close()
         shutil.rmtree(self.addresses.folder, ignore_errors=True)
