@@ -79,7 +79,8 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
         required=required,
         metavar="HOST:PORT|URL",
         help="the server under test: host:port (gRPC) or http(s)://host:port[/prefix] (OpenAI API; "
-        "the prefix defaults to /v1)",
+        "the prefix defaults to /v1), or sglang-runtime://host:port (the OpenAI API through SGLang's "
+        "native gRPC service)",
     )
     _protocol(parser, default="auto")
     parser.add_argument(

@@ -14,8 +14,9 @@ from h2.exceptions import H2Error
 
 from conformance.drivers import Promises
 from conformance.drivers.detect import detect
-from conformance.drivers.openai.client import OpenAIClient, OpenAIEndpoint
+from conformance.drivers.openai.client import OpenAIEndpoint
 from conformance.drivers.openai.discover import list_models
+from conformance.drivers.openai.runtime_transport import client_for
 from conformance.drivers.openai.target import HttpOptions, HttpTarget
 from conformance.harness.session import Budgets
 from conformance.harness.target import Credentials, Endpoint, Target, TlsOptions, choose_driver
@@ -67,7 +68,7 @@ async def wait_until_ready(endpoint: AnyEndpoint, seconds: float, budgets: Budge
 
 async def _ready(endpoint: AnyEndpoint, budgets: Budgets) -> tuple[bool, str]:
     if isinstance(endpoint, OpenAIEndpoint):
-        async with OpenAIClient(endpoint, connect_s=budgets.connect_s) as client:
+        async with client_for(endpoint, connect_s=budgets.connect_s) as client:
             try:
                 models, _ = await list_models(client, budgets.connect_s)
             except Exception as exc:  # refused, not yet an OpenAI server, a 503 while loading...

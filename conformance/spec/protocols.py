@@ -16,4 +16,5 @@ def family(protocol: str) -> tuple[str, ...]:
 
 
 def is_url(target: str) -> bool:
-    return target.startswith(("http://", "https://"))
+    """An OpenAI API target: over HTTP, or through SGLang's native gRPC service."""
+    return target.startswith(("http://", "https://", "sglang-runtime://"))

@@ -585,6 +585,22 @@ BAD_INPUTS: list[tuple[str, Callable[[rt.SglangServiceStub], Awaitable[Any]], St
         "temprature",
     ),
     (
+        "chat unknown model",
+        lambda s: collect(
+            s.chat_complete(
+                openai({"messages": [{"role": "user", "content": "x"}], "model": "no-such-model"})
+            )
+        ),
+        Status.NOT_FOUND,
+        "model='no-such-model'",
+    ),
+    (
+        "completion unknown model",
+        lambda s: collect(s.complete(openai({"prompt": "x", "model": "no-such-model"}))),
+        Status.NOT_FOUND,
+        "model='no-such-model'",
+    ),
+    (
         "chat temperature type",
         lambda s: collect(
             s.chat_complete(openai({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}))
@@ -666,6 +682,20 @@ def test_bad_inputs_name_the_field(
     refused = run(server, lambda stub: status_of(call(stub)))
     assert refused.status is status, refused.message
     assert field in (refused.message or "")
+
+
+def test_openai_unary_calls_refuse_a_model_not_served_with_404_in_band(server: ServerProcess) -> None:
+    async def body(stub: rt.SglangServiceStub) -> list[Any]:
+        return [
+            await stub.open_ai_embed(openai({"input": "a", "model": "no-such-model"})),
+            await stub.score(openai({"query": "a", "items": ["b"], "model": "no-such-model"})),
+            await stub.rerank(openai({"query": "a", "documents": ["b"], "model": "no-such-model"})),
+        ]
+
+    responses = run(server, body)
+    assert [r.status_code for r in responses] == [404, 404, 404]
+    errors = [json.loads(r.json_body)["error"] for r in responses]
+    assert all(e["param"] == "model" and "no-such-model" in e["message"] for e in errors), errors
 
 
 def test_openai_unary_refusals_are_http_400_in_band(server: ServerProcess) -> None:

@@ -18,8 +18,9 @@ from conformance.spec.registry import all_cases, matches
 from reference_server.testing import ServerProcess
 
 from .lanes import Outcome, _cases, run_harness
-from .protocols.engine_proxy import EngineProxy
+from .protocols.engine_proxy import EngineProxy, RuntimeProxy
 from .protocols.lanes import EngineLane, server_target
+from .protocols.runtime_openai_faults import RUNTIME_OPENAI_MUTANTS
 from .protocols.zoo import REFERENCE, ZOOS
 
 TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
@@ -140,6 +141,26 @@ def test_auto_finds_sglangs_native_service(lanes: list[EngineLane]) -> None:
     ran = {c["id"] for c in _cases(outcome.report) if c["verdict"] == "PASS"}
     assert {"SRT-1[ids]", "SRT-1[text]", "SRT-2", "SRT-3", "SRT-4[rid]", "SRT-4[abort_all]"} <= ran, ran
     assert outcome.failing == set() and outcome.exit_code == 0, _explain(outcome)
+
+
+def test_the_openai_api_through_sglangs_native_service(lanes: list[EngineLane]) -> None:
+    """``--target sglang-runtime://HOST:PORT`` judges ChatComplete and Complete by the OpenAI profile:
+    the reference server (directly and through the zoo's unmutated proxy) passes, and each OpenAI
+    mutant of the pass-through fails exactly its declared cases."""
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    lane = lanes[0]
+    runs = [("direct", lane.server_target(RUNTIME), frozenset[str]())]
+    runs += [
+        (m.name, lane.target(RUNTIME, m.name), m.expected) for m in (RuntimeProxy, *RUNTIME_OPENAI_MUTANTS)
+    ]
+    for name, target, expected in runs:
+        lane.reset()
+        outcome = run_harness(
+            f"sglang-runtime://{target}", REPORTS, f"openai-through-runtime-{name}", time_scale=TIME_SCALE
+        )
+        assert outcome.report["protocol"] == "openai", _explain(outcome)
+        assert outcome.failing == set(expected), f"{name}: {_explain(outcome)}"
+        assert outcome.exit_code == (1 if expected else 0), _explain(outcome)
 
 
 def test_the_default_fake_engine_passes_in_every_grpc_protocol() -> None:

@@ -28,6 +28,7 @@ from httpx_sse import EventSource, SSEError
 from conformance.drivers.openai.exchange import End, Exchange, OpenAIRequest, SseEvent
 
 DEFAULT_PREFIX = "/v1"
+SCHEMES = ("http", "https", "sglang-runtime")  # the last: drivers/openai/runtime_transport.py
 UNREAD_RCVBUF = 4096
 TRANSPORT_ERRORS = (httpx.HTTPError, SSEError, OSError, ValueError)
 
@@ -47,9 +48,10 @@ class OpenAIEndpoint:
         target: str, *, api_key: str | None = None, tls: ssl.SSLContext | None = None
     ) -> OpenAIEndpoint:
         parts = urlsplit(target)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if parts.scheme not in SCHEMES or not parts.hostname:
             raise ValueError(
-                f"target={target!r} must be an http:// or https:// URL (such as http://HOST:PORT)"
+                f"target={target!r} must be an http:// or https:// URL (such as http://HOST:PORT), or "
+                "sglang-runtime://HOST:PORT for the OpenAI API through SGLang's native gRPC service"
             )
         if parts.query or parts.fragment:
             raise ValueError(f"target={target!r} must not carry a query or fragment")

@@ -73,7 +73,8 @@ async def identity(client: OpenAIClient, total_s: float, models: Exchange) -> Id
         return Identity("llama.cpp", str(props["build_info"]), "/props build_info", answers)
     if "/get_server_info" in answers:
         info = answers["/get_server_info"]
-        return Identity("SGLang", str(info.get("version", "")), "/get_server_info", answers)
+        name = str(info.get("server_type") or "SGLang")  # a server speaking SGLang's API may say who it is
+        return Identity(name, str(info.get("version", "")), "/get_server_info", answers)
     if "/info" in answers and "model_id" in answers["/info"]:
         info = answers["/info"]
         return Identity("TGI", str(info.get("version", "")), "/info", answers)

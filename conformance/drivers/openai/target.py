@@ -23,6 +23,7 @@ from conformance.drivers.openai.discover import (
     tokenizer_endpoint,
 )
 from conformance.drivers.openai.exchange import Exchange, OpenAIRequest
+from conformance.drivers.openai.runtime_transport import client_for
 from conformance.drivers.openai.support import Support, learn
 from conformance.harness.target import TargetInfo
 from lmrpc.v1 import Capabilities, ModelInfo, ServerInfo
@@ -58,7 +59,7 @@ class HttpTarget:
 
     @staticmethod
     async def connect(endpoint: OpenAIEndpoint, options: HttpOptions) -> HttpTarget:
-        client = OpenAIClient(endpoint, connect_s=options.connect_s)
+        client = client_for(endpoint, connect_s=options.connect_s)
         try:
             return await asyncio.wait_for(_discover(client, endpoint, options), 8 * options.call_s)
         except BaseException:

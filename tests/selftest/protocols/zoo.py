@@ -18,6 +18,7 @@ from grpclib.server import Server
 
 from .engine_proxy import EngineProxy, RuntimeProxy, SglangProxy, VllmProxy, make_server
 from .runtime_faults import RUNTIME_MUTANTS
+from .runtime_openai_faults import RUNTIME_OPENAI_MUTANTS
 from .sglang_faults import SGLANG_MUTANTS
 from .vllm_faults import VLLM_MUTANTS
 
@@ -27,12 +28,15 @@ ZOOS: dict[str, tuple[type[EngineProxy], tuple[type[EngineProxy], ...]]] = {
     "sglang-scheduler": (SglangProxy, SGLANG_MUTANTS),
     "sglang-runtime": (RuntimeProxy, RUNTIME_MUTANTS),
 }
+SERVED_BESIDE: dict[str, tuple[type[EngineProxy], ...]] = {  # judged by another profile's test
+    "sglang-runtime": RUNTIME_OPENAI_MUTANTS,  # the OpenAI pass-through: --target sglang-runtime://
+}
 
 
 async def serve(protocol: str, upstream: str, ready_file: str) -> None:
     reference, mutants = ZOOS[protocol]
     proxies: dict[str, EngineProxy] = {REFERENCE: reference(upstream)}
-    proxies |= {m.name: m(upstream) for m in mutants}
+    proxies |= {m.name: m(upstream) for m in (*mutants, *SERVED_BESIDE.get(protocol, ()))}
     servers = {}
     for name, proxy in proxies.items():
         server = make_server(proxy)

@@ -14,13 +14,16 @@ import pytest
 from conformance.cases.openai.compare import difference
 from conformance.drivers.openai.client import OpenAIEndpoint
 from conformance.drivers.openai.exchange import End, Exchange, OpenAIRequest, SseEvent
+from conformance.drivers.openai.runtime_transport import RuntimeOpenAIClient, client_for
 from conformance.drivers.openai.support import State, learn
 from conformance.drivers.openai.view import view_of
+from conformance.harness.connect import protocol_of
 from conformance.harness.outcome import CaseResult, Mismatch, Verdict
 from conformance.report.http_repro import http_script
 from conformance.report.implementations import Naming, load_reports, matrix, report_of
 from conformance.report.model import RunReport
 from conformance.spec.profiles import OPENAI, PROFILES
+from conformance.spec.protocols import is_url
 from conformance.spec.registry import all_cases, select
 from conformance.validators.openai import CHECKS, Answer, judge
 
@@ -89,6 +92,11 @@ def good_stream() -> list[Any]:
         ("http://127.0.0.1:8080", "http://127.0.0.1:8080/v1", "http://127.0.0.1:8080"),
         ("http://127.0.0.1:8080/v1/", "http://127.0.0.1:8080/v1", "http://127.0.0.1:8080"),
         ("https://h.example/openai/v1", "https://h.example/openai/v1", "https://h.example"),
+        (
+            "sglang-runtime://127.0.0.1:50052",
+            "sglang-runtime://127.0.0.1:50052/v1",
+            "sglang-runtime://127.0.0.1:50052",
+        ),
     ],
 )
 def test_the_base_url_and_the_server_root(target: str, base: str, root: str) -> None:
@@ -100,6 +108,14 @@ def test_the_base_url_and_the_server_root(target: str, base: str, root: str) -> 
 def test_a_target_that_is_not_a_url_is_refused(target: str) -> None:
     with pytest.raises(ValueError, match="target="):
         OpenAIEndpoint.parse(target)
+
+
+def test_an_sglang_runtime_target_gets_the_grpc_pass_through_client() -> None:
+    assert (
+        is_url("sglang-runtime://127.0.0.1:50052") and protocol_of("sglang-runtime://h:1", "auto") == "openai"
+    )
+    assert isinstance(client_for(OpenAIEndpoint.parse("sglang-runtime://h:1")), RuntimeOpenAIClient)
+    assert not isinstance(client_for(OpenAIEndpoint.parse("http://h:1")), RuntimeOpenAIClient)
 
 
 def test_a_correct_stream_passes_every_answer_check() -> None:

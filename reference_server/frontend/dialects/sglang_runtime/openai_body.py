@@ -16,6 +16,7 @@ from typing import Any
 from grpclib import GRPCError, Status
 
 BAD_REQUEST = 400
+NOT_FOUND = 404
 
 
 class OpenAIError(Exception):
@@ -37,8 +38,10 @@ class OpenAIError(Exception):
         return json.dumps({"error": error}).encode()
 
     def as_grpc(self) -> GRPCError:
-        """For the streaming RPCs, whose chunks have no status code: INVALID_ARGUMENT."""
-        return GRPCError(Status.INVALID_ARGUMENT, self.message)
+        """For the streaming RPCs, whose chunks have no status code: NOT_FOUND for a 404 (a model
+        not served), else INVALID_ARGUMENT."""
+        status = Status.NOT_FOUND if self.status_code == NOT_FOUND else Status.INVALID_ARGUMENT
+        return GRPCError(status, self.message)
 
 
 def parse_object(data: bytes) -> dict[str, Any]:
@@ -128,6 +131,16 @@ class Body:
         if not isinstance(value, dict):
             raise OpenAIError(f"{name} must be an object", name)
         return value
+
+
+def require_served_model(body: Body, served: str) -> None:
+    """``model``, when given, names the model that answers the call; another is the OpenAI API's
+    404 (model_not_found), never silently served by this one."""
+    name = body.string("model")
+    if name is not None and served and name != served:  # no such model at all: the RPC says so
+        raise OpenAIError(
+            f"model={name!r} does not exist here: this call is served by {served!r}", "model", NOT_FOUND
+        )
 
 
 def unimplemented(param: str, why: str) -> GRPCError:

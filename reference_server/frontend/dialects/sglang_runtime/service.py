@@ -40,6 +40,7 @@ from reference_server.frontend.dialects.sglang_runtime.openai_body import (
     Body,
     OpenAIError,
     parse_object,
+    require_served_model,
     unimplemented,
 )
 from reference_server.frontend.dialects.sglang_runtime.openai_embed import (
@@ -267,22 +268,26 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
     # ── OpenAI JSON pass-through ────────────────────────────────────────────────────────────
 
     async def chat_complete(self, message: rt.OpenAiRequest) -> AsyncIterator[rt.OpenAiStreamChunk]:
+        model = self.ctx.serving_engine().info.model_id
         try:
-            generation = chat_generation(Body(parse_object(message.json_body), CHAT_PARAMETERS))
+            body = Body(parse_object(message.json_body), CHAT_PARAMETERS)
+            require_served_model(body, model)
+            generation = chat_generation(body)
         except OpenAIError as error:
             raise error.as_grpc() from None
-        answer = ChatAnswer(generation, self.ctx.serving_engine().info.model_id, self._token_text)
+        answer = ChatAnswer(generation, model, self._token_text)
         async for chunk in self._openai_chunks(generation, answer):
             yield chunk
 
     async def complete(self, message: rt.OpenAiRequest) -> AsyncIterator[rt.OpenAiStreamChunk]:
-        tokenizer = self.ctx.serving_engine().tokenizer
+        engine = self.ctx.serving_engine()
         try:
             body = Body(parse_object(message.json_body), COMPLETION_PARAMETERS)
-            generation = completion_generation(body, tokenizer.decode)
+            require_served_model(body, engine.info.model_id)
+            generation = completion_generation(body, engine.tokenizer.decode)
         except OpenAIError as error:
             raise error.as_grpc() from None
-        answer = CompletionAnswer(generation, self.ctx.serving_engine().info.model_id, self._token_text)
+        answer = CompletionAnswer(generation, engine.info.model_id, self._token_text)
         async for chunk in self._openai_chunks(generation, answer):
             yield chunk
 
@@ -301,7 +306,9 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
 
     async def open_ai_embed(self, message: rt.OpenAiRequest) -> rt.OpenAiResponse:
         try:
-            request = embeddings_request(Body(parse_object(message.json_body), EMBED_PARAMETERS))
+            body = Body(parse_object(message.json_body), EMBED_PARAMETERS)
+            require_served_model(body, self._embedding_model_id())
+            request = embeddings_request(body)
             embedded = await self._openai_embedded("OpenAIEmbed", request.texts)
             return _ok(embeddings_body(request, embedded, self._embedding_model_id()))
         except OpenAIError as error:
@@ -312,7 +319,9 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
 
     async def score(self, message: rt.OpenAiRequest) -> rt.OpenAiResponse:
         try:
-            ranking = score_request(Body(parse_object(message.json_body), SCORE_PARAMETERS))
+            body = Body(parse_object(message.json_body), SCORE_PARAMETERS)
+            require_served_model(body, self._embedding_model_id())
+            ranking = score_request(body)
             embedded = await self._openai_embedded("Score", [ranking.query, *ranking.texts])
             return _ok(score_body(ranking, embedded, self._embedding_model_id()))
         except OpenAIError as error:
@@ -320,7 +329,9 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
 
     async def rerank(self, message: rt.OpenAiRequest) -> rt.OpenAiResponse:
         try:
-            request = rerank_request(Body(parse_object(message.json_body), RERANK_PARAMETERS))
+            body = Body(parse_object(message.json_body), RERANK_PARAMETERS)
+            require_served_model(body, self._embedding_model_id())
+            request = rerank_request(body)
             ranking = request.ranking
             embedded = await self._openai_embedded("Rerank", [ranking.query, *ranking.texts])
             return _ok(rerank_body(request, embedded))
