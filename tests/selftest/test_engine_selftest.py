@@ -146,21 +146,21 @@ def test_auto_finds_sglangs_native_service(lanes: list[EngineLane]) -> None:
 def test_the_openai_api_through_sglangs_native_service(lanes: list[EngineLane]) -> None:
     """``--target sglang-runtime://HOST:PORT`` judges ChatComplete and Complete by the OpenAI profile:
     the reference server (directly and through the zoo's unmutated proxy) passes, and each OpenAI
-    mutant of the pass-through fails exactly its declared cases."""
+    mutant of the pass-through fails its declared cases (and at most those it may also fail)."""
     REPORTS.mkdir(parents=True, exist_ok=True)
     lane = lanes[0]
-    runs = [("direct", lane.server_target(RUNTIME), frozenset[str]())]
-    runs += [
-        (m.name, lane.target(RUNTIME, m.name), m.expected) for m in (RuntimeProxy, *RUNTIME_OPENAI_MUTANTS)
-    ]
-    for name, target, expected in runs:
+    runs: list[tuple[str, str, type[EngineProxy] | None]] = [("direct", lane.server_target(RUNTIME), None)]
+    runs += [(m.name, lane.target(RUNTIME, m.name), m) for m in (RuntimeProxy, *RUNTIME_OPENAI_MUTANTS)]
+    for name, target, mutant in runs:
         lane.reset()
         outcome = run_harness(
             f"sglang-runtime://{target}", REPORTS, f"openai-through-runtime-{name}", time_scale=TIME_SCALE
         )
+        want = set(mutant.expected) if mutant is not None else set()
+        may = set(mutant.tolerated) if mutant is not None else set()
         assert outcome.report["protocol"] == "openai", _explain(outcome)
-        assert outcome.failing == set(expected), f"{name}: {_explain(outcome)}"
-        assert outcome.exit_code == (1 if expected else 0), _explain(outcome)
+        assert want <= outcome.failing <= want | may, f"{name}: {_explain(outcome)}"
+        assert outcome.exit_code == (1 if outcome.failing else 0), _explain(outcome)
 
 
 def test_the_default_fake_engine_passes_in_every_grpc_protocol() -> None:

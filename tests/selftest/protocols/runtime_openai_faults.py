@@ -91,6 +91,9 @@ class UsageOffByOne(RuntimeProxy):
     expected = frozenset(
         {"FINISH-6[openai,pool]", "N-2[openai]", "USAGE-3[openai,pool]", "USAGE-5[openai,pool]"}
     )
+    # may also fail: the pool counts a choice's logprob entries against usage where the choice ended
+    # "stop", which a sampled choice does only when it meets EOS (seen once in four busy runs)
+    tolerated = frozenset({"STREAM-7[openai,pool]"})
 
     async def replies(self, method: str, replies: AsyncIterator[Any]) -> AsyncIterator[Any]:
         async for message in replies:
