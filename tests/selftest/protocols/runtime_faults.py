@@ -119,10 +119,11 @@ class LastIdsLost(RuntimeProxy):
             "ABORT-2[before-first-token]",
             "ABORT-2[right-after-send]",
             "FINISH-5",
+            "N-1[n=2]",
             "N-1[n=4]",
             "STOP-5[default]",
         }
-    )
+    )  # which outputs of an unseeded n > 1 request end at EOS (and lose their last id) varies
 
     async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         held: dict[int, Any] = {}

@@ -173,6 +173,10 @@ class ErrorInBand(f.ErrorInBand, SglangProxy):
             "ERR-2",
         }
     )
+    # may also fail: STREAM-8[greedy] compares a generated request streamed and final-only; when the
+    # request it draws asks for logprobs, the streamed twin has its tokens and the final-only one none
+    # (the vLLM twin always draws one; seen once here in a quiet run)
+    tolerated = frozenset({"STREAM-8[greedy]"})
 
 
 class LogprobsDropped(f.LogprobsDropped, SglangProxy):
