@@ -145,6 +145,12 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
         metavar="N",
         help="cases run concurrently (exclusive cases always run alone; default 4)",
     )
+    parser.add_argument(
+        "--weights-path",
+        metavar="PATH",
+        help="a checkpoint of the weights the server serves, as a path on the server's host: ADMIN-2[reload] "
+        "loads it with UpdateWeights (skipped without it)",
+    )
     tls = parser.add_argument_group("TLS")
     tls.add_argument("--tls", action="store_true", help="connect with TLS instead of plaintext HTTP/2")
     tls.add_argument("--tls-ca", metavar="FILE", help="CA bundle to verify the server with")

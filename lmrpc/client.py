@@ -36,16 +36,24 @@ from lmrpc.v1 import (
     GetModelInfoResponse,
     GetServerInfoRequest,
     InferenceServiceStub,
+    ListModelsRequest,
     Load,
     OutputFinished,
     PromptInfo,
+    RankedDocument,
     RequestError,
     RequestIds,
+    RerankRequest,
+    ScoreRequest,
+    ServedModel,
     ServerInfo,
+    StartProfileRequest,
     StopMatch,
+    StopProfileRequest,
     TokenDelta,
     TokenizeRequest,
     TokenLogprob,
+    UpdateWeightsRequest,
     Usage,
 )
 
@@ -256,6 +264,37 @@ class LmrpcClient:
 
     async def embed(self, texts: list[str]) -> EmbedResponse:
         return await self.inference.embed(EmbedRequest(texts=texts))
+
+    # Added in contract revision 3: check the capability first (CAP-4).
+
+    async def models(self) -> list[ServedModel]:
+        """The models a request can reach, the generation model first (``Capabilities.list_models``)."""
+        return list((await self.control.list_models(ListModelsRequest())).models)
+
+    async def score(self, query: str, items: list[str]) -> list[float]:
+        """Each item's relevance to ``query``, in order (``Capabilities.score``)."""
+        return list((await self.inference.score(ScoreRequest(query=query, items=items))).scores)
+
+    async def rerank(
+        self, query: str, documents: list[str], *, top_n: int | None = None
+    ) -> list[RankedDocument]:
+        """The documents, best first; ``index`` points into ``documents`` (``Capabilities.score``)."""
+        request = RerankRequest(query=query, documents=documents, top_n=top_n)
+        return list((await self.inference.rerank(request)).results)
+
+    async def start_profile(self, output_dir: str = "") -> str:
+        """Start recording the engine (admin, ``Capabilities.profiler``); returns the trace folder."""
+        return (await self.control.start_profile(StartProfileRequest(output_dir=output_dir))).output_dir
+
+    async def stop_profile(self) -> list[str]:
+        """End the recording; returns the trace files written (paths on the server's host)."""
+        return list((await self.control.stop_profile(StopProfileRequest())).trace_files)
+
+    async def update_weights(self, model_path: str, *, weights_version: str | None = None) -> str:
+        """Load new weights of the same model shape (admin, ``Capabilities.weight_updates``);
+        returns the new ``ModelInfo.weights_version``."""
+        request = UpdateWeightsRequest(model_path=model_path, weights_version=weights_version)
+        return (await self.control.update_weights(request)).weights_version
 
 
 async def _as_generator(events: AsyncIterator[GenerateResponse]) -> AsyncGenerator[GenerateResponse, None]:

@@ -299,6 +299,7 @@ class AdminReply(msgspec.Struct, frozen=True, tag="admin_reply"):
     query_id: int
     message: str
     refusal: AdminRefusal | None = None  # None: done
+    path: str = ""  # StartProfile: the folder the trace goes to; StopProfile: the trace written
 
 
 class WorkerFailed(msgspec.Struct, frozen=True, tag="worker_failed"):

@@ -8,6 +8,8 @@ from __future__ import annotations
 from conformance.cases import services  # noqa: F401
 from conformance.cases import capabilities  # noqa: F401
 from conformance.cases import embed  # noqa: F401
+from conformance.cases import models  # noqa: F401
+from conformance.cases import scoring  # noqa: F401
 from conformance.cases import errors  # noqa: F401
 from conformance.cases import malformed  # noqa: F401
 from conformance.cases import auth  # noqa: F401

@@ -20,6 +20,8 @@ from lmrpc.v1 import (
     ResumeGenerationRequest,
 )
 
+NO_SUCH_PATH = "/nonexistent/lmrpc-conformance/weights"  # a path no server host has
+
 
 def applies_here(ctx: Ctx, case_id: str) -> bool:
     """Whether the case ``case_id`` applies in the protocol the run speaks (spec/profiles.py)."""

@@ -1,14 +1,29 @@
-"""Administrative RPCs (LIFE-3): pause stalls without failing, resume continues, flush never hurts."""
+"""Administrative RPCs: pause stalls without failing, resume continues, flush never hurts (LIFE-3);
+the profiler records without changing what is generated (ADMIN-1); a refused weight update changes
+nothing, and a checkpoint of the served weights loads without failing a stream (ADMIN-2)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from conformance.cases._helpers import abort, first_delta, ok
+from grpclib.const import Status
+
+from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok, outputs_tokens
 from conformance.harness.context import Ctx
+from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
-from lmrpc.v1 import FlushCacheRequest, PauseGenerationRequest, ResumeGenerationRequest
+from lmrpc.v1 import (
+    FlushCacheRequest,
+    GetModelInfoRequest,
+    PauseGenerationRequest,
+    ResumeGenerationRequest,
+    StartProfileRequest,
+    StopProfileRequest,
+    UpdateWeightsRequest,
+)
+
+NOT_A_MODEL = "/dev/null"  # a path every POSIX host has, that holds no model
 
 
 @case("LIFE-3", tag="pause", requires=("admin",), exclusive=True, sends=("admin.pause",))
@@ -61,3 +76,90 @@ async def flush_is_harmless(ctx: Ctx) -> None:
     await first_delta(ctx, stream)
     await ctx.call(ctx.control.flush_cache, FlushCacheRequest())
     ok(ctx, await stream.finish(ctx.budgets.stream_s), "a request running across FlushCache")
+
+
+async def _greedy_tokens(ctx: Ctx) -> list[list[int]] | None:
+    """A greedy run's tokens, where the server promises they repeat; None otherwise."""
+    if not ctx.info.has("deterministic_greedy"):
+        return None
+    req = request(ctx, "The capital of France is", temperature=0.0, max_tokens=ctx.tuning.max_tokens)
+    return outputs_tokens(ok(ctx, await ctx.generate(req), "a greedy request"))
+
+
+@case("ADMIN-1", requires=("profiler",))
+async def profile_recorded(ctx: Ctx) -> None:
+    """StartProfile answers a folder; a second start and a stop with nothing recording are
+    FAILED_PRECONDITION; StopProfile lists trace files inside the folder; greedy tokens are the same
+    while recording."""
+    before = await _greedy_tokens(ctx)
+    started = await ctx.call(ctx.control.start_profile, StartProfileRequest())
+    try:
+        ctx.check.that(bool(started.output_dir), "StartProfileResponse.output_dir", "non-empty", "''")
+        twice = await ctx.call_status(ctx.control.start_profile, StartProfileRequest())
+        ctx.check.equal("StartProfile while recording", Status.FAILED_PRECONDITION.name, twice.code)
+        during = await _greedy_tokens(ctx)
+    finally:
+        stopped = await ctx.call(ctx.control.stop_profile, StopProfileRequest())
+    folder = started.output_dir.rstrip("/") + "/"
+    traces = list(stopped.trace_files)
+    ctx.check.that(
+        bool(traces) and all(t.startswith(folder) for t in traces),
+        "StopProfileResponse.trace_files",
+        f"at least one, each inside {started.output_dir!r}",
+        traces,
+    )
+    idle = await ctx.call_status(ctx.control.stop_profile, StopProfileRequest())
+    ctx.check.equal("StopProfile with nothing recording", Status.FAILED_PRECONDITION.name, idle.code)
+    ctx.check.equal("greedy tokens while recording", before, during)
+
+
+@case("ADMIN-2", tag="refused", requires=("weight_updates",))
+async def refused_update_changes_nothing(ctx: Ctx) -> None:
+    """A model_path that does not exist is NOT_FOUND, one that holds no model INVALID_ARGUMENT, each
+    naming the path; neither changes ModelInfo.weights_version or the greedy tokens."""
+    version = await _weights_version(ctx)
+    before = await _greedy_tokens(ctx)
+    for path, status in ((NO_SUCH_PATH, Status.NOT_FOUND), (NOT_A_MODEL, Status.INVALID_ARGUMENT)):
+        outcome = await ctx.call_status(ctx.control.update_weights, UpdateWeightsRequest(model_path=path))
+        ctx.check.equal(f"UpdateWeights of {path!r}: status", status.name, outcome.code)
+        ctx.check.that(
+            path in outcome.message, f"UpdateWeights of {path!r}: message", "names the path", outcome.message
+        )
+    ctx.check.equal(
+        "ModelInfo.weights_version after the refused updates", version, await _weights_version(ctx)
+    )
+    ctx.check.equal("greedy tokens after the refused updates", before, await _greedy_tokens(ctx))
+
+
+async def _weights_version(ctx: Ctx) -> str:
+    reply = await ctx.call(ctx.control.get_model_info, GetModelInfoRequest())
+    return reply.model.weights_version if reply.model is not None else ""
+
+
+@case("ADMIN-2", tag="reload", requires=("weight_updates",), exclusive=True)  # retires the prefix cache
+async def reloaded_weights(ctx: Ctx) -> None:
+    """With --weights-path (a checkpoint of the weights served): UpdateWeights loads it without
+    failing a stream in flight across it, ModelInfo.weights_version becomes the name sent, and greedy
+    tokens stay what they were (the same weights)."""
+    path = ctx.session.weights_path
+    if not path:
+        raise CaseSkipped("no --weights-path: the harness knows no checkpoint on the server's host")
+    before = await _greedy_tokens(ctx)
+    running = ctx.open(long_request(ctx))
+    await first_delta(ctx, running)
+    name = ctx.uid("weights")
+    update = UpdateWeightsRequest(model_path=path, weights_version=name)
+    reply = await ctx.call(ctx.control.update_weights, update, timeout_s=ctx.budgets.stream_s)
+    ctx.check.equal("UpdateWeightsResponse.weights_version", name, reply.weights_version)
+    streaming = len(running.events)
+    await running.read_until(lambda e: e.seq >= streaming, ctx.budgets.prompt_s)
+    ctx.check.that(
+        len(running.events) > streaming and running.record.error is None,
+        "a stream in flight across UpdateWeights",
+        "streaming on, no RequestError",
+        running.record.summary(),
+    )
+    await abort(ctx, running.record.request_id)
+    ok(ctx, await running.finish(ctx.budgets.release_s), "the stream that ran across UpdateWeights")
+    ctx.check.equal("ModelInfo.weights_version after UpdateWeights", name, await _weights_version(ctx))
+    ctx.check.equal("greedy tokens after reloading the same weights", before, await _greedy_tokens(ctx))

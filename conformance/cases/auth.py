@@ -4,12 +4,14 @@ AUTH-3 also need ``--admin-token`` (an admin is a second principal)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
-from conformance.cases._helpers import first_delta, ok
+from conformance.cases._helpers import NO_SUCH_PATH, first_delta, ok
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
@@ -27,6 +29,8 @@ from lmrpc.v1 import (
     PauseGenerationRequest,
     RequestIds,
     ResumeGenerationRequest,
+    StopProfileRequest,
+    UpdateWeightsRequest,
 )
 
 
@@ -62,6 +66,18 @@ async def calls_need_credentials(ctx: Ctx) -> None:
         ctx.check.equal(f"health Check with {label}", HealthCheckResponse.SERVING, health.status)
 
 
+def _revision_3_admin_calls(ctx: Ctx, stub: ControlServiceStub) -> list[tuple[str, Awaitable[object]]]:
+    """Administrative calls of contract revision 3 that change nothing when let through: a stop
+    with nothing recording, an update from a path that does not exist."""
+    calls: list[tuple[str, Awaitable[object]]] = []
+    if ctx.info.has("profiler"):
+        calls.append(("StopProfile", stub.stop_profile(StopProfileRequest())))
+    if ctx.info.has("weight_updates"):
+        update = UpdateWeightsRequest(model_path=NO_SUCH_PATH)
+        calls.append(("UpdateWeights", stub.update_weights(update)))
+    return calls
+
+
 async def _drain(stream: object) -> None:
     async for _ in stream:  # type: ignore[attr-defined]
         pass
@@ -69,7 +85,8 @@ async def _drain(stream: object) -> None:
 
 @case("AUTH-2", requires=("authentication",), exclusive=True)
 async def admin_rpcs_need_the_admin_role(ctx: Ctx) -> None:
-    """Pause, resume, flush and Abort of all are PERMISSION_DENIED for a client, allowed to an admin."""
+    """Pause, resume, flush, Abort of all and (where served) the profiler and weight updates are
+    PERMISSION_DENIED for a client, allowed to an admin."""
     _tokens(ctx, admin=False)
     client = ctx.session.target.control  # the --token channel, whatever the call
     for label, call in (
@@ -77,11 +94,19 @@ async def admin_rpcs_need_the_admin_role(ctx: Ctx) -> None:
         ("ResumeGeneration", client.resume_generation(ResumeGenerationRequest())),
         ("FlushCache", client.flush_cache(FlushCacheRequest())),
         ("Abort of all requests", client.abort(AbortRequest(all=AllRequests()))),
+        *_revision_3_admin_calls(ctx, client),
     ):
         ctx.check.equal(f"{label} with the client token", Status.PERMISSION_DENIED.name, await _status(call))
     ok(ctx, await ctx.generate(request(ctx, max_tokens=2)), "a Generate after the refused pause")
     if ctx.session.target.endpoint.credentials.admin_token:
         admin = ctx.session.target.admin
+        for label, call in _revision_3_admin_calls(ctx, admin):  # nothing recording, no such path
+            ctx.check.that(
+                await _status(call) not in ("PERMISSION_DENIED", "UNAUTHENTICATED"),
+                f"{label} with the admin token",
+                "let through (a refusal of its own, not of the role)",
+                "refused for the role",
+            )
         ctx.check.equal(
             "PauseGeneration with the admin token",
             "OK",

@@ -8,7 +8,15 @@ from typing import Any
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import abort_all, accepted, expect_rejected, ok, outputs_tokens, status_of
+from conformance.cases._helpers import (
+    NO_SUCH_PATH,
+    abort_all,
+    accepted,
+    expect_rejected,
+    ok,
+    outputs_tokens,
+    status_of,
+)
 from conformance.harness.context import Ctx, RpcOutcome
 from conformance.harness.load import idle_load
 from conformance.harness.outcome import CaseSkipped, Mismatch
@@ -25,12 +33,16 @@ from lmrpc.v1 import (
     EmbedRequest,
     FlushCacheRequest,
     GenerateRequest,
+    ListModelsRequest,
     RequestIds,
     ResponseOptions,
     SamplingParams,
+    ScoreRequest,
     StoppingCriteria,
+    StopProfileRequest,
     TokenIds,
     TokenizeRequest,
+    UpdateWeightsRequest,
 )
 
 Mutate = Callable[[GenerateRequest], None]
@@ -111,6 +123,23 @@ _unsupported_rpc_case(
 )
 _unsupported_rpc_case(
     "admin", "FlushCache", lambda ctx: ctx.call_status(ctx.control.flush_cache, FlushCacheRequest())
+)
+# Revision 3's RPCs: a server of an earlier revision does not have them either (UNIMPLEMENTED).
+_unsupported_rpc_case(
+    "list_models", "ListModels", lambda ctx: ctx.call_status(ctx.control.list_models, ListModelsRequest())
+)
+_unsupported_rpc_case(
+    "score",
+    "Score",
+    lambda ctx: ctx.call_status(ctx.inference.score, ScoreRequest(query="Hello", items=["Hello"])),
+)
+_unsupported_rpc_case(  # a stop, which changes nothing if the server records after all
+    "profiler", "StopProfile", lambda ctx: ctx.call_status(ctx.control.stop_profile, StopProfileRequest())
+)
+_unsupported_rpc_case(
+    "weight_updates",
+    "UpdateWeights",
+    lambda ctx: ctx.call_status(ctx.control.update_weights, UpdateWeightsRequest(model_path=NO_SUCH_PATH)),
 )
 
 

@@ -211,6 +211,7 @@ async def execute(
     report: RunReport,
     http: HttpOptions | None = None,
     wait_s: float = 0.0,
+    weights_path: str | None = None,
 ) -> None:
     """Connect, run ``cases`` and fill ``report``; partial results survive interruption."""
     done: dict[str, CaseResult] = {}
@@ -233,7 +234,7 @@ async def execute(
         report.aborted = f"target {endpoint} unreachable: {type(exc).__name__}: {exc}"
         report.results = _not_run(cases, done, report.aborted)
         return
-    session = Session(wire, budgets, tuning, seed=seed, profile=profile)
+    session = Session(wire, budgets, tuning, seed=seed, profile=profile, weights_path=weights_path)
     report.protocol = session.protocol
     report.settings["protocol"] = how
     server = wire.info.server
@@ -312,6 +313,7 @@ async def run(args: argparse.Namespace) -> int:
             "skip": args.skip,
             "baseline": args.baseline,
             "assume": [n for value in args.assume for n in value.split(",") if n],
+            "weights_path": args.weights_path,
         },
     )
     console = Console(highlight=False)
@@ -337,6 +339,7 @@ async def run(args: argparse.Namespace) -> int:
                 report=report,
                 http=_http(args, budgets, promises),
                 wait_s=args.wait,
+                weights_path=args.weights_path,
             )
     except asyncio.CancelledError:
         report.aborted = report.aborted or "interrupted"
@@ -439,6 +442,7 @@ async def replay(args: argparse.Namespace) -> int:
         report=report,
         http=_http(args, budgets, promises),
         wait_s=args.wait,
+        weights_path=args.weights_path or settings.get("weights_path"),
     )
     console = Console(highlight=False)
     for r in report.results:

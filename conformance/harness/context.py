@@ -120,7 +120,16 @@ class RawOutcome:
         return self.status.name if self.status is not None else "OK"
 
 
-ADMIN_METHODS = frozenset({"flush_cache", "pause_generation", "resume_generation"})
+ADMIN_METHODS = frozenset(
+    {
+        "flush_cache",
+        "pause_generation",
+        "resume_generation",
+        "start_profile",
+        "stop_profile",
+        "update_weights",
+    }
+)
 
 
 def _needs_admin(method: str, request: object) -> bool:

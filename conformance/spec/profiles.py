@@ -65,6 +65,9 @@ ENGINE_ONLY = (
 
 RUNTIME_ONLY = "sglang.runtime.v1 only (contract §15): lmrpc.v1 states these rules in its own clauses"
 NOT_RUNTIME = {f"SRT-{i}": na(RUNTIME_ONLY) for i in range(1, 5)}
+# Contract revision 3's RPCs: each capability-gated; other protocols' drivers do not drive them.
+REVISION_3_FLAGS = ("list_models", "score", "profiler", "weight_updates")
+NOT_DRIVEN_CAP_1 = {f"CAP-1[{flag}]": na("lmrpc.v1's capability flag") for flag in REVISION_3_FLAGS}
 
 LMRPC = Profile(
     "lmrpc",
@@ -208,10 +211,18 @@ _ENGINE: dict[str, Reading] = {
     "AUTH-1": na("the protocols define no credentials or roles"),
     "AUTH-2": na("the protocols define no credentials or roles"),
     "AUTH-3": na("the protocols define no credentials or roles"),
+    "MODELS-1": na(
+        "no ListModels: smg takes the model from GetModelInfo (vllm-engine) or lists adapters alone"
+    ),
+    "SCORE-1": na("no Score or Rerank"),
+    "SCORE-2": na("no Score or Rerank"),
+    "ADMIN-1": na("StartProfile and StopProfile (smg.grpc.common) are not driven yet"),
+    "ADMIN-2": na("no weight update RPC"),
     **NOT_RUNTIME,
 }
 
 _ENGINE_CASES: dict[str, Reading] = {
+    **NOT_DRIVEN_CAP_1,
     "REQ-1[empty-chat]": na("there is no chat input"),
     "REQ-2[server-assigned]": na("smg always sends a request id"),
     "REQ-6[default-lowered]": na("the engine's default max_tokens is not reported"),
@@ -674,6 +685,11 @@ SGLANG_RUNTIME = Profile(
         "AUTH-1": na("the protocol defines no credentials or roles"),
         "AUTH-2": na("the protocol defines no credentials or roles"),
         "AUTH-3": na("the protocol defines no credentials or roles"),
+        "MODELS-1": na("ListModels answers ModelCards (id, root, parent, max_model_len); not driven yet"),
+        "SCORE-1": na("Score is OpenAI JSON (`/v1/score`); not driven yet"),
+        "SCORE-2": na("Rerank is OpenAI JSON (`/v1/rerank`); not driven yet"),
+        "ADMIN-1": na("StartProfile and StopProfile answer a message only, no trace files; not driven yet"),
+        "ADMIN-2": na("UpdateWeightsFromDisk reports no weights version; not driven yet"),
     },
     {
         "REQ-1[empty-chat]": na("there is no chat input"),
@@ -705,6 +721,7 @@ SGLANG_RUNTIME = Profile(
         "ABORT-5[waiting]": na(
             "nothing arrives before the first token: a request waiting behind a pause is silent"
         ),
+        **NOT_DRIVEN_CAP_1,
     },
 )
 

@@ -226,10 +226,12 @@ class FakeEngine:
         if self._tokenize is None:
             raise ValueError("this engine has no embedding model")
         vectors, counts = [], []
-        for text in texts:
+        for i, text in enumerate(texts):
             ids = self._tokenize(text)
             if len(ids) > EMBEDDING_MAX_TOKENS:
-                raise ValueError(f"text of {len(ids)} tokens exceeds the {EMBEDDING_MAX_TOKENS}-token window")
+                raise ValueError(
+                    f"texts[{i}] has {len(ids)} tokens; the embedding model accepts at most {EMBEDDING_MAX_TOKENS}"
+                )
             total = [0.0] * EMBEDDING_DIMENSIONS
             for token_id in ids or [0]:
                 for d, x in enumerate(self._token_vector(token_id)):

@@ -19,6 +19,7 @@ from reference_server.ipc import EngineInfo
 from reference_server.models.tokenizer import TokenizerBundle
 
 SERVER_NAME = "lmrpc-reference"
+INITIAL_WEIGHTS = "initial"  # the weights the workers loaded at start (a restart loads them again)
 
 
 class Phase(enum.Enum):
@@ -36,6 +37,8 @@ class Engine:
     info: EngineInfo
     tokenizer: TokenizerBundle
     capabilities: Capabilities
+    weights_version: str = INITIAL_WEIGHTS  # ModelInfo.weights_version (ADMIN-2)
+    updates: int = 0  # UpdateWeights these workers took
 
 
 @dataclass
@@ -124,6 +127,10 @@ def capabilities_for(info: EngineInfo, tokenizer: TokenizerBundle, config: Serve
         max_stop_strings=limits.max_stop_strings,
         authentication=config.auth_file is not None,
         special_token_parsing=True,
+        list_models=True,
+        score=info.embedding_model_id is not None,
+        profiler=True,
+        weight_updates=True,
     )
 
 
@@ -149,6 +156,7 @@ def model_info_for(engine: Engine, config: ServerConfig) -> tuple[ModelInfo, Emb
             min_tokens=0,
         ),
         has_chat_template=engine.tokenizer.chat_template is not None,
+        weights_version=engine.weights_version,
     )
     embedding = None
     if info.embedding_model_id is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Callable
 
 import betterproto2
@@ -25,17 +26,28 @@ from lmrpc.v1 import (
     GetModelInfoResponse,
     GetServerInfoRequest,
     GetServerInfoResponse,
+    ListModelsRequest,
+    ListModelsResponse,
     Load,
+    ModelKind,
     PauseGenerationRequest,
     PauseGenerationResponse,
     ResumeGenerationRequest,
     ResumeGenerationResponse,
+    ServedModel,
+    StartProfileRequest,
+    StartProfileResponse,
+    StopProfileRequest,
+    StopProfileResponse,
     TokenizeRequest,
     TokenizeResponse,
+    UpdateWeightsRequest,
+    UpdateWeightsResponse,
 )
 from reference_server import ipc
 from reference_server.frontend.context import FrontendContext, model_info_for
 from reference_server.frontend.edge.call import current_call
+from reference_server.frontend.engine_admin import EngineAdmin
 from reference_server.frontend.engine_link import Reply, WorkerUnavailableError
 from reference_server.frontend.grpc_hooks import StreamingDiscipline
 from reference_server.frontend.prompts import Prompt, encode_prompt
@@ -45,13 +57,22 @@ from reference_server.frontend.validation import invalid
 #: RPCs that need the admin role when authentication is on (AUTH-2). Abort of all requests does
 #: too; that is checked in ``abort``, since Abort by id is open to every client.
 ADMIN_METHODS = frozenset(
-    f"/lmrpc.v1.ControlService/{name}" for name in ("FlushCache", "PauseGeneration", "ResumeGeneration")
+    f"/lmrpc.v1.ControlService/{name}"
+    for name in (
+        "FlushCache",
+        "PauseGeneration",
+        "ResumeGeneration",
+        "StartProfile",
+        "StopProfile",
+        "UpdateWeights",
+    )
 )
 
 
 class ControlService(StreamingDiscipline, ControlServiceBase):
     def __init__(self, context: FrontendContext) -> None:
         self.ctx = context
+        self.admin = EngineAdmin(context)
 
     async def get_server_info(self, message: GetServerInfoRequest) -> GetServerInfoResponse:
         return GetServerInfoResponse(server=self.ctx.server_info())
@@ -162,6 +183,46 @@ class ControlService(StreamingDiscipline, ControlServiceBase):
         self.ctx.ready_engine()
         await self._query(lambda qid: ipc.SetPaused(qid, False))
         return ResumeGenerationResponse()
+
+    async def list_models(self, message: ListModelsRequest) -> ListModelsResponse:
+        """The generation model and, when it runs, the embedding model (MODELS-1); this server
+        serves no adapters."""
+        model, embedding = model_info_for(self.ctx.ready_engine(), self.ctx.config)
+        models = [
+            ServedModel(
+                model_id=model.model_id,
+                kind=ModelKind.GENERATION,
+                max_input_tokens=model.max_context_tokens,
+            )
+        ]
+        if embedding is not None:
+            models.append(
+                ServedModel(
+                    model_id=embedding.model_id,
+                    kind=ModelKind.EMBEDDING,
+                    max_input_tokens=embedding.max_input_tokens,
+                )
+            )
+        return ListModelsResponse(models=models)
+
+    async def start_profile(self, message: StartProfileRequest) -> StartProfileResponse:
+        """Records the scheduler process, where the engine steps (ADMIN-1); without
+        ``output_dir`` the trace goes to the temporary folder ($TMPDIR, else /tmp)."""
+        started = await self.admin.start_profile(message.output_dir or tempfile.gettempdir())
+        return StartProfileResponse(output_dir=started.path)
+
+    async def stop_profile(self, message: StopProfileRequest) -> StopProfileResponse:
+        return StopProfileResponse(trace_files=[(await self.admin.stop_profile()).path])
+
+    async def update_weights(self, message: UpdateWeightsRequest) -> UpdateWeightsResponse:
+        """Between two engine steps; streams in flight go on (ADMIN-2). A refusal leaves the
+        weights and their version as they were."""
+        if not message.model_path:
+            raise invalid("model_path must name a .gguf file or a model directory")
+        if message.weights_version is not None and not message.weights_version:
+            raise invalid("weights_version must not be empty (leave it unset for one the server names)")
+        await self.admin.update_weights(message.model_path, message.weights_version)
+        return UpdateWeightsResponse(weights_version=self.ctx.ready_engine().weights_version)
 
     async def _query(self, make: Callable[[int], msgspec.Struct]) -> Reply:
         try:

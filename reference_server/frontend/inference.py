@@ -1,8 +1,9 @@
-"""lmrpc.v1.InferenceService: Generate and Embed."""
+"""lmrpc.v1.InferenceService: Generate, Embed, and Score and Rerank by the embedding model."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -16,6 +17,11 @@ from lmrpc.v1 import (
     GenerateResponse,
     InferenceServiceBase,
     PromptInfo,
+    RankedDocument,
+    RerankRequest,
+    RerankResponse,
+    ScoreRequest,
+    ScoreResponse,
     Usage,
 )
 from reference_server import ipc
@@ -24,6 +30,7 @@ from reference_server.frontend.edge.call import current_call
 from reference_server.frontend.engine_link import WorkerUnavailableError
 from reference_server.frontend.grpc_hooks import StreamingDiscipline
 from reference_server.frontend.prompts import encode_prompt
+from reference_server.frontend.ranking import best_first, scores_against
 from reference_server.frontend.requests import DuplicateRequestError, RequestState
 from reference_server.frontend.streaming import StreamAssembler
 from reference_server.frontend.validation import (
@@ -140,24 +147,79 @@ class InferenceService(StreamingDiscipline, InferenceServiceBase):
         )
 
     async def embed(self, message: EmbedRequest) -> EmbedResponse:
-        engine = self.ctx.serving_engine()
-        if not engine.capabilities.embed:
-            raise GRPCError(Status.UNIMPLEMENTED, "Embed is not served by this server")
+        self._require("embed", "Embed")
         request_id = check_request_id(message.request_id)  # EMBED-3
         if not message.texts:
             raise invalid("texts must not be empty")
+        vectors, tokens = await self._embedded(list(message.texts))
+        return EmbedResponse(
+            request_id=request_id or self.ctx.table.new_request_id(),
+            embeddings=[Embedding(values=v) for v in vectors],
+            usage=Usage(prompt_tokens=tokens),
+        )
+
+    async def score(self, message: ScoreRequest) -> ScoreResponse:
+        """Each item's cosine similarity to the query under the embedding model (SCORE-1)."""
+        self._require("score", "Score")
+        request_id = check_request_id(message.request_id)
+        scores, tokens = await self._scores(message.query, list(message.items), "items")
+        return ScoreResponse(
+            request_id=request_id or self.ctx.table.new_request_id(),
+            scores=scores,
+            usage=Usage(prompt_tokens=tokens),
+        )
+
+    async def rerank(self, message: RerankRequest) -> RerankResponse:
+        """The documents by their Score, best first (SCORE-2)."""
+        self._require("score", "Rerank")
+        request_id = check_request_id(message.request_id)
+        if message.top_n == 0:
+            raise invalid("top_n=0 must be >= 1 (leave it unset for every document)")
+        scores, tokens = await self._scores(message.query, list(message.documents), "documents")
+        return RerankResponse(
+            request_id=request_id or self.ctx.table.new_request_id(),
+            results=[RankedDocument(index=i, score=s) for i, s in best_first(scores, message.top_n)],
+            usage=Usage(prompt_tokens=tokens),
+        )
+
+    def _require(self, capability: str, rpc: str) -> None:
+        if not getattr(self.ctx.serving_engine().capabilities, capability):
+            raise GRPCError(
+                Status.UNIMPLEMENTED, f"{rpc} is not served by this server (it runs no embedding model)"
+            )
+
+    async def _scores(self, query: str, texts: list[str], field: str) -> tuple[list[float], int]:
+        if not query:
+            raise invalid("query must not be empty")
+        if not texts:
+            raise invalid(f"{field} must not be empty")
+        for i, text in enumerate(texts):
+            if not text:
+                raise invalid(f"{field}[{i}] must not be empty")
         try:
-            reply = await self.ctx.link.query(lambda qid: ipc.EmbedTexts(qid, list(message.texts)))
+            (query_vector, *vectors), tokens = await self._embedded([query, *texts])
+        except GRPCError as error:  # the embedding model's texts[0] is the query, texts[i] the (i-1)-th text
+            raise GRPCError(error.status, _scored_field(error.message or "", field)) from None
+        return scores_against(query_vector, vectors), tokens
+
+    async def _embedded(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """The embedding model's vectors of the texts, and the tokens they took in all."""
+        try:
+            reply = await self.ctx.link.query(lambda qid: ipc.EmbedTexts(qid, texts))
         except WorkerUnavailableError as exc:
             raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
         assert isinstance(reply, ipc.EmbedReply)
         if reply.error is not None:
             raise invalid(reply.error)
-        return EmbedResponse(
-            request_id=request_id or self.ctx.table.new_request_id(),
-            embeddings=[Embedding(values=v) for v in reply.vectors],
-            usage=Usage(prompt_tokens=sum(reply.token_counts)),
-        )
+        return reply.vectors, sum(reply.token_counts)
+
+
+def _scored_field(message: str, field: str) -> str:
+    def rename(found: re.Match[str]) -> str:
+        i = int(found.group(1))
+        return "query" if i == 0 else f"{field}[{i - 1}]"
+
+    return re.sub(r"texts\[(\d+)\]", rename, message)
 
 
 def _encode_checked(request: ipc.SubmitRequest) -> bytes:

@@ -153,7 +153,9 @@ class SchedulerLoop:
                 f"output_dir={message.output_dir!r}: cannot write there: {exc}",
                 "invalid_argument",
             )
-        return ipc.AdminReply(message.query_id, started)
+        return ipc.AdminReply(
+            message.query_id, f"Profiling started (traces go to {started}).", path=str(started)
+        )
 
     def _stop_profile(self, message: ipc.StopProfile) -> ipc.AdminReply:
         try:
@@ -162,7 +164,7 @@ class SchedulerLoop:
             return ipc.AdminReply(message.query_id, str(exc), "failed_precondition")
         except OSError as exc:
             return ipc.AdminReply(message.query_id, f"the trace could not be written: {exc}", "internal")
-        return ipc.AdminReply(message.query_id, f"Profiling stopped; the trace is {path}")
+        return ipc.AdminReply(message.query_id, f"Profiling stopped; the trace is {path}", path=str(path))
 
     def _update_weights(self, message: ipc.UpdateWeights) -> ipc.AdminReply:
         """Runs between two steps, so every step runs on one set of weights; a refusal leaves

@@ -38,8 +38,9 @@ class SchedulerProfiler:
     def active(self) -> bool:
         return self._recording is not None
 
-    def start(self, output_dir: str) -> str:
-        """Raises ProfilerStateError if recording, OSError if ``output_dir`` is not a writable folder."""
+    def start(self, output_dir: str) -> Path:
+        """The folder the trace will go to. Raises ProfilerStateError if recording, OSError if
+        ``output_dir`` is not a writable folder."""
         if self._recording is not None:
             raise ProfilerStateError(
                 f"a profile is already being recorded (into {self._recording.output_dir}); stop it first"
@@ -56,7 +57,7 @@ class SchedulerProfiler:
         profile = torch.profiler.profile(activities=activities)
         profile.start()
         self._recording = _Recording(profile, folder, time.time())
-        return f"Profiling started (traces go to {folder})."
+        return folder
 
     def stop(self) -> Path:
         """The trace written; raises ProfilerStateError if nothing is being recorded."""

@@ -94,6 +94,14 @@ def test_administrative_rpcs_need_the_admin_role(server: ServerProcess) -> None:
             assert await status_of(who.control.resume_generation(ResumeGenerationRequest())) is expected
             assert await status_of(who.control.flush_cache(FlushCacheRequest())) is expected
         assert await status_of(client.abort(everything=True)) is Status.PERMISSION_DENIED
+        for who, recording, missing in (
+            (client, Status.PERMISSION_DENIED, Status.PERMISSION_DENIED),
+            (admin, Status.FAILED_PRECONDITION, Status.NOT_FOUND),  # let through, refused on their merits
+        ):
+            assert await status_of(who.stop_profile()) is recording
+            assert await status_of(who.update_weights("/nonexistent/weights")) is missing
+        assert await status_of(client.start_profile()) is Status.PERMISSION_DENIED
+        assert await status_of(other.models()) is Status.OK  # not administrative
 
     run(server, body)
 

@@ -18,6 +18,7 @@ from zoo_process import start_zoo
 
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import ResumeGenerationRequest
+from reference_server.models.source import resolve_model
 from reference_server.testing import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,6 +126,8 @@ def run_harness(
             "--quiet",
             "--baseline",
             str(KNOWN_FAILURES),
+            "--weights-path",  # the server's own checkpoint, for ADMIN-2[reload]
+            str(resolve_model(None).path),
             *extra,
         ],
         cwd=ROOT,

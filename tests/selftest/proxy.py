@@ -32,10 +32,16 @@ from lmrpc.v1 import (
     GetModelInfoRequest,
     GetServerInfoRequest,
     InferenceServiceStub,
+    ListModelsRequest,
     PauseGenerationRequest,
+    RerankRequest,
     ResumeGenerationRequest,
     SamplingParams,
+    ScoreRequest,
+    StartProfileRequest,
+    StopProfileRequest,
     TokenizeRequest,
+    UpdateWeightsRequest,
 )
 
 Out = GenerateResponse | bytes
@@ -50,8 +56,15 @@ UNARY: dict[str, tuple[str, type[Any]]] = {  # path -> (stub method, request typ
     CONTROL + "FlushCache": ("flush_cache", FlushCacheRequest),
     CONTROL + "PauseGeneration": ("pause_generation", PauseGenerationRequest),
     CONTROL + "ResumeGeneration": ("resume_generation", ResumeGenerationRequest),
+    CONTROL + "ListModels": ("list_models", ListModelsRequest),
+    CONTROL + "StartProfile": ("start_profile", StartProfileRequest),
+    CONTROL + "StopProfile": ("stop_profile", StopProfileRequest),
+    CONTROL + "UpdateWeights": ("update_weights", UpdateWeightsRequest),
     "/lmrpc.v1.InferenceService/Embed": ("embed", EmbedRequest),
+    "/lmrpc.v1.InferenceService/Score": ("score", ScoreRequest),
+    "/lmrpc.v1.InferenceService/Rerank": ("rerank", RerankRequest),
 }
+INFERENCE_UNARY = frozenset({"embed", "score", "rerank"})
 PASSTHROUGH = {  # raw byte forwarding, path -> cardinality
     "/grpc.health.v1.Health/Check": Cardinality.UNARY_UNARY,
     "/grpc.health.v1.Health/Watch": Cardinality.UNARY_STREAM,
@@ -107,7 +120,7 @@ class Proxy:
 
     async def unary(self, method: str, request: Any) -> Any:
         """Forward one unary lmrpc call; mutants override per method."""
-        stub = self.inference if method == "embed" else self.control
+        stub = self.inference if method in INFERENCE_UNARY else self.control
         return await getattr(stub, method)(request)
 
     def passthrough_allowed(self, path: str) -> bool:

@@ -34,21 +34,34 @@ __all__ = (
     "GetServerInfoResponse",
     "InferenceServiceBase",
     "InferenceServiceStub",
+    "ListModelsRequest",
+    "ListModelsResponse",
     "Load",
     "ModelInfo",
+    "ModelKind",
     "OutputFinished",
     "PauseGenerationRequest",
     "PauseGenerationResponse",
     "PromptInfo",
+    "RankedDocument",
     "RequestError",
     "RequestIds",
+    "RerankRequest",
+    "RerankResponse",
     "ResponseOptions",
     "ResumeGenerationRequest",
     "ResumeGenerationResponse",
     "SamplingParams",
+    "ScoreRequest",
+    "ScoreResponse",
+    "ServedModel",
     "ServerInfo",
     "ServerLimits",
+    "StartProfileRequest",
+    "StartProfileResponse",
     "StopMatch",
+    "StopProfileRequest",
+    "StopProfileResponse",
     "StoppingCriteria",
     "TokenCandidate",
     "TokenDelta",
@@ -56,6 +69,8 @@ __all__ = (
     "TokenLogprob",
     "TokenizeRequest",
     "TokenizeResponse",
+    "UpdateWeightsRequest",
+    "UpdateWeightsResponse",
     "Usage",
 )
 
@@ -158,6 +173,50 @@ class FinishReason(betterproto2.Enum):
             "FINISH_REASON_STOP": 1,
             "FINISH_REASON_LENGTH": 2,
             "FINISH_REASON_ABORTED": 3,
+        }
+
+
+class ModelKind(betterproto2.Enum):
+    """
+    What a served model is.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Never sent.
+    """
+
+    GENERATION = 1
+    """
+    The model Generate runs (ModelInfo).
+    """
+
+    ADAPTER = 2
+    """
+    An adapter (for example LoRA) of the generation model.
+    """
+
+    EMBEDDING = 3
+    """
+    The model Embed runs (EmbeddingModelInfo).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "MODEL_KIND_UNSPECIFIED",
+            1: "MODEL_KIND_GENERATION",
+            2: "MODEL_KIND_ADAPTER",
+            3: "MODEL_KIND_EMBEDDING",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "MODEL_KIND_UNSPECIFIED": 0,
+            "MODEL_KIND_GENERATION": 1,
+            "MODEL_KIND_ADAPTER": 2,
+            "MODEL_KIND_EMBEDDING": 3,
         }
 
 
@@ -347,6 +406,26 @@ class Capabilities(betterproto2.Message):
     """
     GenerateRequest.parse_special_tokens and TokenizeRequest.parse_special_tokens are honoured (REQ-8).
     Added in contract revision 2.
+    """
+
+    list_models: "bool" = betterproto2.field(31, betterproto2.TYPE_BOOL)
+    """
+    ControlService.ListModels is served (MODELS-1). Added in contract revision 3.
+    """
+
+    score: "bool" = betterproto2.field(32, betterproto2.TYPE_BOOL)
+    """
+    InferenceService.Score and Rerank are served (SCORE-1, SCORE-2). Added in contract revision 3.
+    """
+
+    profiler: "bool" = betterproto2.field(33, betterproto2.TYPE_BOOL)
+    """
+    ControlService.StartProfile and StopProfile are served (ADMIN-1). Added in contract revision 3.
+    """
+
+    weight_updates: "bool" = betterproto2.field(34, betterproto2.TYPE_BOOL)
+    """
+    ControlService.UpdateWeights is served (ADMIN-2). Added in contract revision 3.
     """
 
 
@@ -801,6 +880,33 @@ default_message_pool.register_message("lmrpc.v1", "GetServerInfoResponse", GetSe
 
 
 @dataclass(eq=False, repr=False)
+class ListModelsRequest(betterproto2.Message):
+    """
+    Request for ListModels.
+    """
+
+    pass
+
+
+default_message_pool.register_message("lmrpc.v1", "ListModelsRequest", ListModelsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListModelsResponse(betterproto2.Message):
+    """
+    Response of ListModels.
+    """
+
+    models: "list[ServedModel]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Every model a request can reach, each once, the generation model first (MODELS-1).
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "ListModelsResponse", ListModelsResponse)
+
+
+@dataclass(eq=False, repr=False)
 class Load(betterproto2.Message):
     """
     A snapshot of the server's load. Every count is 0 when no request is in flight (LOAD-1).
@@ -889,6 +995,12 @@ class ModelInfo(betterproto2.Message):
     has_chat_template: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
     """
     Whether the model has a chat template (Capabilities.chat_input then is true).
+    """
+
+    weights_version: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    Names the weights served: the name the last successful UpdateWeights returned, otherwise one
+    the server chose when it loaded them (ADMIN-2). Added in contract revision 3.
     """
 
 
@@ -982,6 +1094,26 @@ default_message_pool.register_message("lmrpc.v1", "PromptInfo", PromptInfo)
 
 
 @dataclass(eq=False, repr=False)
+class RankedDocument(betterproto2.Message):
+    """
+    One document of a Rerank.
+    """
+
+    index: "int" = betterproto2.field(1, betterproto2.TYPE_UINT32)
+    """
+    Its index in RerankRequest.documents.
+    """
+
+    score: "float" = betterproto2.field(2, betterproto2.TYPE_FLOAT)
+    """
+    Its score: what Score gives it for the same query.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "RankedDocument", RankedDocument)
+
+
+@dataclass(eq=False, repr=False)
 class RequestError(betterproto2.Message):
     """
     A failure after the request was accepted. Terminal: nothing follows it (ERR-2).
@@ -1021,6 +1153,61 @@ class RequestIds(betterproto2.Message):
 
 
 default_message_pool.register_message("lmrpc.v1", "RequestIds", RequestIds)
+
+
+@dataclass(eq=False, repr=False)
+class RerankRequest(betterproto2.Message):
+    """
+    Rerank request: documents ordered by relevance to a query.
+    """
+
+    request_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The caller's id for this request, as EmbedRequest.request_id (EMBED-3).
+    """
+
+    query: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The query. MUST NOT be empty.
+    """
+
+    documents: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The documents to order. At least one; none empty.
+    """
+
+    top_n: "int | None" = betterproto2.field(4, betterproto2.TYPE_UINT32, optional=True)
+    """
+    Return only the best top_n documents. Absent: all of them. 0 is INVALID_ARGUMENT.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "RerankRequest", RerankRequest)
+
+
+@dataclass(eq=False, repr=False)
+class RerankResponse(betterproto2.Message):
+    """
+    Rerank response.
+    """
+
+    request_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The request's id.
+    """
+
+    results: "list[RankedDocument]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The documents, best first (SCORE-2).
+    """
+
+    usage: "Usage | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Token accounting: prompt_tokens is the total over the query and the documents.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "RerankResponse", RerankResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1153,6 +1340,88 @@ default_message_pool.register_message("lmrpc.v1", "SamplingParams", SamplingPara
 
 
 @dataclass(eq=False, repr=False)
+class ScoreRequest(betterproto2.Message):
+    """
+    Score request: how relevant each item is to a query.
+    """
+
+    request_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The caller's id for this request, as EmbedRequest.request_id (EMBED-3).
+    """
+
+    query: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The query. MUST NOT be empty.
+    """
+
+    items: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The items to score. At least one; none empty.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "ScoreRequest", ScoreRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ScoreResponse(betterproto2.Message):
+    """
+    Score response.
+    """
+
+    request_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The request's id.
+    """
+
+    scores: "list[float]" = betterproto2.field(2, betterproto2.TYPE_FLOAT, repeated=True)
+    """
+    One score per item, in input order; higher means more relevant (SCORE-1).
+    """
+
+    usage: "Usage | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Token accounting: prompt_tokens is the total over the query and the items.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "ScoreResponse", ScoreResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ServedModel(betterproto2.Message):
+    """
+    A model the server serves.
+    """
+
+    model_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Its name: ModelInfo.model_id for the generation model, EmbeddingModelInfo.model_id for the
+    embedding model.
+    """
+
+    kind: "ModelKind" = betterproto2.field(2, betterproto2.TYPE_ENUM, default_factory=lambda: ModelKind(0))
+    """
+    What it is.
+    """
+
+    base_model_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    For an adapter, the model_id of the generation model it adapts; empty for every other kind.
+    """
+
+    max_input_tokens: "int" = betterproto2.field(4, betterproto2.TYPE_UINT32)
+    """
+    The longest input it takes, in its own tokens: ModelInfo.max_context_tokens for the generation
+    model and its adapters, EmbeddingModelInfo.max_input_tokens for the embedding model.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "ServedModel", ServedModel)
+
+
+@dataclass(eq=False, repr=False)
 class ServerInfo(betterproto2.Message):
     """
     Identity, contract revision and capabilities of a server.
@@ -1170,7 +1439,7 @@ class ServerInfo(betterproto2.Message):
 
     contract_revision: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
     """
-    The revision of docs/contract.md this server implements (this file: 2).
+    The revision of docs/contract.md this server implements (this file: 3).
     """
 
     capabilities: "Capabilities | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
@@ -1248,6 +1517,37 @@ default_message_pool.register_message("lmrpc.v1", "ServerLimits", ServerLimits)
 
 
 @dataclass(eq=False, repr=False)
+class StartProfileRequest(betterproto2.Message):
+    """
+    Request for StartProfile.
+    """
+
+    output_dir: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    A folder on the server's host where StopProfile writes the trace. Empty: a folder the server
+    chooses.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "StartProfileRequest", StartProfileRequest)
+
+
+@dataclass(eq=False, repr=False)
+class StartProfileResponse(betterproto2.Message):
+    """
+    Response of StartProfile.
+    """
+
+    output_dir: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The folder the trace will be written to.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "StartProfileResponse", StartProfileResponse)
+
+
+@dataclass(eq=False, repr=False)
 class StopMatch(betterproto2.Message):
     """
     The stop condition that ended an output with FINISH_REASON_STOP.
@@ -1317,6 +1617,34 @@ class StoppingCriteria(betterproto2.Message):
 
 
 default_message_pool.register_message("lmrpc.v1", "StoppingCriteria", StoppingCriteria)
+
+
+@dataclass(eq=False, repr=False)
+class StopProfileRequest(betterproto2.Message):
+    """
+    Request for StopProfile.
+    """
+
+    pass
+
+
+default_message_pool.register_message("lmrpc.v1", "StopProfileRequest", StopProfileRequest)
+
+
+@dataclass(eq=False, repr=False)
+class StopProfileResponse(betterproto2.Message):
+    """
+    Response of StopProfile.
+    """
+
+    trace_files: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The trace files written, paths on the server's host inside StartProfileResponse.output_dir; at
+    least one (ADMIN-1).
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "StopProfileResponse", StopProfileResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1457,6 +1785,41 @@ class TokenLogprob(betterproto2.Message):
 
 
 default_message_pool.register_message("lmrpc.v1", "TokenLogprob", TokenLogprob)
+
+
+@dataclass(eq=False, repr=False)
+class UpdateWeightsRequest(betterproto2.Message):
+    """
+    Request for UpdateWeights.
+    """
+
+    model_path: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The checkpoint to load: a path on the server's host, of the same model shape (ADMIN-2).
+    """
+
+    weights_version: "str | None" = betterproto2.field(2, betterproto2.TYPE_STRING, optional=True)
+    """
+    The name ModelInfo.weights_version takes once the update is done. Absent: the server names it.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "UpdateWeightsRequest", UpdateWeightsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class UpdateWeightsResponse(betterproto2.Message):
+    """
+    Response of UpdateWeights.
+    """
+
+    weights_version: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    ModelInfo.weights_version from now on.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "UpdateWeightsResponse", UpdateWeightsResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1698,6 +2061,100 @@ class ControlServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def list_models(
+        self,
+        message: "ListModelsRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListModelsResponse":
+        """
+        The models a request can reach: the generation model, its adapters, the embedding model
+        (Capabilities.list_models, MODELS-1). Added in contract revision 3.
+        """
+
+        if message is None:
+            message = ListModelsRequest()
+
+        return await self._unary_unary(
+            "/lmrpc.v1.ControlService/ListModels",
+            message,
+            ListModelsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def start_profile(
+        self,
+        message: "StartProfileRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "StartProfileResponse":
+        """
+        Administrative: starts recording a profile of the engine (Capabilities.profiler, ADMIN-1).
+        Added in contract revision 3.
+        """
+
+        return await self._unary_unary(
+            "/lmrpc.v1.ControlService/StartProfile",
+            message,
+            StartProfileResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def stop_profile(
+        self,
+        message: "StopProfileRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "StopProfileResponse":
+        """
+        Administrative: ends the recording StartProfile began and writes its trace (ADMIN-1).
+        Added in contract revision 3.
+        """
+
+        if message is None:
+            message = StopProfileRequest()
+
+        return await self._unary_unary(
+            "/lmrpc.v1.ControlService/StopProfile",
+            message,
+            StopProfileResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def update_weights(
+        self,
+        message: "UpdateWeightsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "UpdateWeightsResponse":
+        """
+        Administrative: replaces the generation model's weights without a restart; requests in flight
+        go on (Capabilities.weight_updates, ADMIN-2). Added in contract revision 3.
+        """
+
+        return await self._unary_unary(
+            "/lmrpc.v1.ControlService/UpdateWeights",
+            message,
+            UpdateWeightsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class InferenceServiceStub(betterproto2_grpclib.ServiceStub):
     """
@@ -1746,6 +2203,49 @@ class InferenceServiceStub(betterproto2_grpclib.ServiceStub):
             "/lmrpc.v1.InferenceService/Embed",
             message,
             EmbedResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def score(
+        self,
+        message: "ScoreRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ScoreResponse":
+        """
+        Scores each item against a query (Capabilities.score, SCORE-1). Added in contract revision 3.
+        """
+
+        return await self._unary_unary(
+            "/lmrpc.v1.InferenceService/Score",
+            message,
+            ScoreResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def rerank(
+        self,
+        message: "RerankRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RerankResponse":
+        """
+        Orders documents by their score against a query, best first (Capabilities.score, SCORE-2).
+        Added in contract revision 3.
+        """
+
+        return await self._unary_unary(
+            "/lmrpc.v1.InferenceService/Rerank",
+            message,
+            RerankResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -1820,6 +2320,38 @@ class ControlServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def list_models(self, message: "ListModelsRequest") -> "ListModelsResponse":
+        """
+        The models a request can reach: the generation model, its adapters, the embedding model
+        (Capabilities.list_models, MODELS-1). Added in contract revision 3.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def start_profile(self, message: "StartProfileRequest") -> "StartProfileResponse":
+        """
+        Administrative: starts recording a profile of the engine (Capabilities.profiler, ADMIN-1).
+        Added in contract revision 3.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def stop_profile(self, message: "StopProfileRequest") -> "StopProfileResponse":
+        """
+        Administrative: ends the recording StartProfile began and writes its trace (ADMIN-1).
+        Added in contract revision 3.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def update_weights(self, message: "UpdateWeightsRequest") -> "UpdateWeightsResponse":
+        """
+        Administrative: replaces the generation model's weights without a restart; requests in flight
+        go on (Capabilities.weight_updates, ADMIN-2). Added in contract revision 3.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def __rpc_get_server_info(
         self, stream: "grpclib.server.Stream[GetServerInfoRequest, GetServerInfoResponse]"
     ) -> None:
@@ -1888,6 +2420,38 @@ class ControlServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.resume_generation(request)
         await stream.send_message(response)
 
+    async def __rpc_list_models(
+        self, stream: "grpclib.server.Stream[ListModelsRequest, ListModelsResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_models(request)
+        await stream.send_message(response)
+
+    async def __rpc_start_profile(
+        self, stream: "grpclib.server.Stream[StartProfileRequest, StartProfileResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.start_profile(request)
+        await stream.send_message(response)
+
+    async def __rpc_stop_profile(
+        self, stream: "grpclib.server.Stream[StopProfileRequest, StopProfileResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.stop_profile(request)
+        await stream.send_message(response)
+
+    async def __rpc_update_weights(
+        self, stream: "grpclib.server.Stream[UpdateWeightsRequest, UpdateWeightsResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.update_weights(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/lmrpc.v1.ControlService/GetServerInfo": grpclib.const.Handler(
@@ -1944,6 +2508,30 @@ class ControlServiceBase(betterproto2_grpclib.ServiceBase):
                 ResumeGenerationRequest,
                 ResumeGenerationResponse,
             ),
+            "/lmrpc.v1.ControlService/ListModels": grpclib.const.Handler(
+                self.__rpc_list_models,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListModelsRequest,
+                ListModelsResponse,
+            ),
+            "/lmrpc.v1.ControlService/StartProfile": grpclib.const.Handler(
+                self.__rpc_start_profile,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                StartProfileRequest,
+                StartProfileResponse,
+            ),
+            "/lmrpc.v1.ControlService/StopProfile": grpclib.const.Handler(
+                self.__rpc_stop_profile,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                StopProfileRequest,
+                StopProfileResponse,
+            ),
+            "/lmrpc.v1.ControlService/UpdateWeights": grpclib.const.Handler(
+                self.__rpc_update_weights,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                UpdateWeightsRequest,
+                UpdateWeightsResponse,
+            ),
         }
 
 
@@ -1971,6 +2559,21 @@ class InferenceServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def score(self, message: "ScoreRequest") -> "ScoreResponse":
+        """
+        Scores each item against a query (Capabilities.score, SCORE-1). Added in contract revision 3.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def rerank(self, message: "RerankRequest") -> "RerankResponse":
+        """
+        Orders documents by their score against a query, best first (Capabilities.score, SCORE-2).
+        Added in contract revision 3.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def __rpc_generate(
         self, stream: "grpclib.server.Stream[GenerateRequest, GenerateResponse]"
     ) -> None:
@@ -1988,6 +2591,18 @@ class InferenceServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.embed(request)
         await stream.send_message(response)
 
+    async def __rpc_score(self, stream: "grpclib.server.Stream[ScoreRequest, ScoreResponse]") -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.score(request)
+        await stream.send_message(response)
+
+    async def __rpc_rerank(self, stream: "grpclib.server.Stream[RerankRequest, RerankResponse]") -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.rerank(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/lmrpc.v1.InferenceService/Generate": grpclib.const.Handler(
@@ -2001,5 +2616,17 @@ class InferenceServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 EmbedRequest,
                 EmbedResponse,
+            ),
+            "/lmrpc.v1.InferenceService/Score": grpclib.const.Handler(
+                self.__rpc_score,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ScoreRequest,
+                ScoreResponse,
+            ),
+            "/lmrpc.v1.InferenceService/Rerank": grpclib.const.Handler(
+                self.__rpc_rerank,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RerankRequest,
+                RerankResponse,
             ),
         }

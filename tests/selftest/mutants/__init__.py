@@ -8,6 +8,7 @@ from .base import Mutant
 from .control import CONTROL_MUTANTS
 from .controls import CORRECT_VARIANTS
 from .requests import REQUEST_MUTANTS
+from .revision3 import REVISION_3_MUTANTS
 from .server_faults import SERVER_FAULTS
 from .stream import STREAM_MUTANTS
 from .stream_faults import STREAM_FAULTS
@@ -21,6 +22,7 @@ MUTANTS: tuple[type[Mutant], ...] = (
     *ABORT_FAULTS,
     *STREAM_FAULTS,
     *SERVER_FAULTS,
+    *REVISION_3_MUTANTS,
     *CORRECT_VARIANTS,
 )
 

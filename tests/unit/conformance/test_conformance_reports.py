@@ -14,6 +14,7 @@ from conformance.report.baseline import Baseline, BaselineError
 from conformance.report.files import junit_xml, write_json
 from conformance.report.model import RunReport, badge, exit_code
 from conformance.report.repro import script
+from conformance.spec.clauses import CONTRACT_REVISION
 from conformance.spec.registry import all_cases
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria
 
@@ -102,7 +103,7 @@ def test_exit_codes_and_badge() -> None:
         ],
     )
     assert exit_code(passing) == 0
-    assert badge(passing) == "lmrpc conformance r2: MUST 1/1 PASS, SHOULD 1/1"
+    assert badge(passing) == f"lmrpc conformance r{CONTRACT_REVISION}: MUST 1/1 PASS, SHOULD 1/1"
     failing = RunReport("t", [result("SVC-3", Verdict.FAIL), result("SVC-1", Verdict.PASS)])
     assert exit_code(failing) == 1 and badge(failing).endswith("MUST 1/2 FAIL, SHOULD not run")
     assert exit_code(RunReport("t", [result("SVC-3", Verdict.ERROR)])) == 3

@@ -17,12 +17,12 @@ this server does not hand out.
 from __future__ import annotations
 
 import base64
-import math
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 from reference_server.frontend.dialects.sglang_runtime.openai_body import Body, OpenAIError, unimplemented
+from reference_server.frontend.ranking import best_first, scores_against
 
 EMBED_PARAMETERS = ("input", "model", "encoding_format", "dimensions", "user")
 SCORE_PARAMETERS = ("query", "items", "label_token_ids", "apply_softmax", "item_first", "model")
@@ -95,7 +95,7 @@ def score_body(ranking: Ranking, embedded: Embedded, model: str) -> dict[str, An
         "completion_tokens": 0,
         "total_tokens": embedded.prompt_tokens,
     }
-    scores = [[cosine(query, item)] for item in items]
+    scores = [[score] for score in scores_against(query, items)]
     return {"scores": scores, "model": model, "usage": usage, "object": "scoring"}
 
 
@@ -118,20 +118,12 @@ def rerank_request(body: Body) -> RerankRequest:
 
 def rerank_body(request: RerankRequest, embedded: Embedded) -> list[dict[str, Any]]:
     query, *documents = embedded.vectors
-    scored = sorted(((cosine(query, v), i) for i, v in enumerate(documents)), key=lambda pair: -pair[0])
-    if request.top_n is not None:
-        scored = scored[: request.top_n]
     texts = request.ranking.texts
     return [
         {"score": score, "index": i, "meta_info": None}
         | ({"document": texts[i]} if request.return_documents else {})
-        for score, i in scored
+        for i, score in best_first(scores_against(query, documents), request.top_n)
     ]
-
-
-def cosine(a: list[float], b: list[float]) -> float:
-    norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return sum(x * y for x, y in zip(a, b, strict=True)) / norms if norms else 0.0
 
 
 def _encoded(vector: list[float]) -> str:

@@ -357,10 +357,10 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
         ``output_dir`` the trace goes to the temporary folder ($TMPDIR, else /tmp), as SGLang's
         goes to /tmp by default."""
         started = await self.admin.start_profile(message.output_dir or tempfile.gettempdir())
-        return rt.StartProfileResponse(message=started)
+        return rt.StartProfileResponse(message=started.message)
 
     async def stop_profile(self, message: rt.StopProfileRequest) -> rt.StopProfileResponse:
-        return rt.StopProfileResponse(message=await self.admin.stop_profile())
+        return rt.StopProfileResponse(message=(await self.admin.stop_profile()).message)
 
     async def update_weights_from_disk(self, message: rt.UpdateWeightsRequest) -> rt.UpdateWeightsResponse:
         """Reloads the weights in the scheduler between two engine steps; streams in flight go
@@ -371,7 +371,7 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
         if not path:
             raise GRPCError(Status.INVALID_ARGUMENT, "model_path must name a .gguf file or a model directory")
         check_load_format(message.load_format, path)
-        return rt.UpdateWeightsResponse(success=True, message=await self.admin.update_weights(path))
+        return rt.UpdateWeightsResponse(success=True, message=(await self.admin.update_weights(path)).message)
 
 
 def check_load_format(load_format: str | None, path: str) -> None:

@@ -1,6 +1,7 @@
-"""UpdateWeightsFromDisk (sglang.runtime.v1) on the real model: new weights change what the
-server generates, the original ones bring it back, a stream in flight across the swap ends
-normally, and checkpoints that cannot be served are refused while the model keeps serving.
+"""Weight updates on the real model, through SGLang's UpdateWeightsFromDisk and lmrpc's
+UpdateWeights (ADMIN-2): new weights change what the server generates, the original ones bring
+it back, a stream in flight across the swap ends normally, checkpoints that cannot be served are
+refused while the model keeps serving, and ModelInfo.weights_version names the weights served.
 
 The perturbed checkpoint is the embedded model's own weights with the final norm negated (so
 every logit flips sign and greedy decoding picks other tokens), written as a Hugging Face
@@ -23,6 +24,8 @@ from grpclib.client import Channel
 from safetensors.torch import save_file
 
 from lmrpc._gen.sglang.runtime import v1 as rt
+from lmrpc.client import LmrpcClient
+from lmrpc.v1 import FinishReason, GenerateRequest, SamplingParams, StoppingCriteria
 from reference_server.models.loader import load_weights
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle
@@ -138,3 +141,56 @@ def test_update_weights_changes_generation_and_streams_in_flight_go_on(
         seen["tiny"].message or ""
     )
     assert seen["still_negated"] == seen["negated"]  # the refusals left the served weights alone
+
+
+def lmrpc_greedy(max_tokens: int) -> GenerateRequest:
+    return GenerateRequest(
+        text=PROMPT,
+        sampling=SamplingParams(temperature=0.0),
+        stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
+    )
+
+
+def test_lmrpc_update_weights_names_the_weights_it_serves(
+    server: ServerProcess, tokenizer: TokenizerBundle, tmp_path: Path
+) -> None:
+    negated = tmp_path / "negated"
+    negated.mkdir()
+    write_negated_checkpoint(negated, tokenizer)
+    original_path = str(resolve_model(None).path)
+
+    async def body(client: LmrpcClient) -> dict[str, Any]:
+        async def version() -> str:
+            info = await client.model_info()
+            assert info.model is not None
+            return info.model.weights_version
+
+        async def tokens() -> list[int]:
+            return (await client.generate(lmrpc_greedy(6))).token_ids
+
+        seen: dict[str, Any] = {"original": await tokens()}
+        result = client.generate(lmrpc_greedy(IN_FLIGHT_TOKENS))
+        in_flight = asyncio.ensure_future(result)
+        await asyncio.sleep(0.2)  # the request runs when the update arrives
+        seen["named"] = await client.update_weights(str(negated), weights_version="negated")
+        seen["in_flight"] = await in_flight
+        seen["negated"], seen["negated_version"] = await tokens(), await version()
+        with pytest.raises(GRPCError) as missing:
+            await client.update_weights(str(tmp_path / "no-such-model"))
+        seen["missing"], seen["after_refusal"] = missing.value, await version()
+        seen["restored"] = await client.update_weights(original_path)
+        seen["back"], seen["restored_version"] = await tokens(), await version()
+        return seen
+
+    async def main() -> dict[str, Any]:
+        async with LmrpcClient.connect(server.target) as client:
+            return await asyncio.wait_for(body(client), TIMEOUT_S)
+
+    seen = asyncio.run(main())
+    assert seen["negated"] != seen["original"] and seen["back"] == seen["original"]
+    assert seen["named"] == seen["negated_version"] == seen["after_refusal"] == "negated"
+    assert seen["restored"] == seen["restored_version"] != "negated"
+    ended = seen["in_flight"].output(0)
+    assert ended.finish_reason == FinishReason.LENGTH
+    assert len(ended.token_ids) == IN_FLIGHT_TOKENS
+    assert seen["missing"].status is Status.NOT_FOUND and "no-such-model" in (seen["missing"].message or "")
