@@ -16,6 +16,8 @@ from pathlib import Path
 
 from zoo_process import start_zoo
 
+from conformance.spec.coverage import CLASSES
+from conformance.spec.registry import REGISTRY
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import ResumeGenerationRequest
 from reference_server.models.source import resolve_model
@@ -29,6 +31,9 @@ TOKEN_DELAY_S = "0.002"  # long requests stay in flight for seconds, so cancel a
 KV_TOKENS = "100000"  # small enough that n=max_outputs full-window requests can never fit (REQ-7)
 MAX_WAITING = "64"  # small enough that CAP-5[max_waiting_requests] can reach it
 ABORT_GRACE_S = "2"  # ABORT-6[after-expiry] waits the grace out in every run (5 s by default)
+# A zoo runs the whole suite once per mutant: at the MUST level's search depth (8 examples, not 12),
+# which keeps every detection and a sixth of the CPU; the reference itself runs at full depth.
+ZOO_SEARCH = ("--max-examples", os.environ.get("LMRPC_ZOO_MAX_EXAMPLES", "8"))
 
 
 @dataclass
@@ -93,6 +98,22 @@ class Outcome:
     failing: set[str]
     report: dict[str, object]
     duration_s: float
+
+
+def triggered(report: dict[str, object], classes: frozenset[str]) -> set[str]:
+    """The cases of a run that sent an input of one of ``classes`` (spec/coverage.py): what their
+    calls sent, as the report records it, and the scenarios they declare. A mutant whose fault an
+    input class sets off may fail any of them: whether a case's checks see the fault depends on what
+    it drew and how its calls interleaved, not on the case's name."""
+    if not classes:
+        return set()
+    hits = set()
+    for entry in _cases(report):
+        case = REGISTRY.get(entry["id"])
+        declared = {s for s in case.sends if CLASSES[s].sent is None} if case is not None else set()
+        if classes & (set(entry.get("sent", [])) | declared):
+            hits.add(entry["id"])
+    return hits
 
 
 def _cases(report: dict[str, object]) -> list[dict[str, str]]:

@@ -24,6 +24,8 @@ class Mutant(Proxy):
     fault: ClassVar[str] = ""
     expected: ClassVar[frozenset[str]] = frozenset()
     tolerated: ClassVar[frozenset[str]] = frozenset()  # may also fail, for a timing reason stated beside it
+    # input classes (spec/coverage.py) that set the fault off: a case that sent one may also fail
+    triggered_by: ClassVar[frozenset[str]] = frozenset()
     is_control: ClassVar[bool] = False  # a correct variant (slow, merging deltas): must pass everything
     time_scale: ClassVar[float] = 1.0  # multiplies the self-test's --time-scale for this mutant
 
