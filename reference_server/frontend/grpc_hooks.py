@@ -10,9 +10,13 @@ betterproto2's generated services stream through a private method; so, and only 
 3. the edge guard wraps every handler (``EdgeGuard.guarded``): authentication, framing, strict
    decoding, stalled readers;
 4. with metrics on, RPC counting wraps the guarded handler, so it counts the guard's refusals;
-5. the mapping answers an unknown path from a handler (a well-formed UNIMPLEMENTED).
+5. the mapping answers an unknown path from a handler (a well-formed UNIMPLEMENTED);
+6. a malformed ``grpc-timeout`` header (the gRPC spec: 1 to 8 digits and a unit) is refused
+   with INTERNAL, as grpc-go and gRPC C-core refuse it, where grpclib says UNKNOWN and lets 9
+   digits through: its ``Deadline`` and its refusal are replaced in ``grpclib.server``, once per
+   process.
 
-``install`` does 2 to 5 on one server, once; ``frontend/app.py`` calls it for every server it
+``install`` does 2 to 6 on one server, once; ``frontend/app.py`` calls it for every server it
 builds. tests/integration/test_edge.py checks the hooks still work.
 """
 
@@ -20,12 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import grpclib.server
 from betterproto2.grpclib import ServiceBase
 from grpclib import GRPCError, Status
 from grpclib.const import Cardinality, Handler
+from grpclib.metadata import Deadline
 from grpclib.server import Server, Stream
 
 from reference_server.frontend.edge.guard import EdgeGuard
@@ -71,6 +78,7 @@ def install(server: Server, services: Sequence[object], guard: EdgeGuard, stats:
     if stats is not None:
         handlers = counted_handlers(handlers, stats)
     server._mapping = _AnswersUnknownPaths(handlers)
+    _refuse_malformed_timeouts_as_internal()
 
 
 def _raw(handlers: Mapping[str, Handler], raw: Mapping[str, RawHandler]) -> dict[str, Handler]:
@@ -95,3 +103,33 @@ class _AnswersUnknownPaths(dict[str, Handler]):
 
     def get(self, key: str, default: Any = None) -> Handler:
         return super().get(key) or self._unknown
+
+
+_TIMEOUT = re.compile(r"[0-9]{1,8}[HMSmun]")
+_GRPCLIB_TIMEOUT_REFUSAL = "Invalid grpc-timeout header"  # grpclib.server.request_handler's message
+
+
+class _StrictDeadline(Deadline):
+    @classmethod
+    def from_headers(cls, headers: Any) -> Deadline | None:
+        for name, value in headers:
+            if name == "grpc-timeout" and not _TIMEOUT.fullmatch(value):
+                raise ValueError(f"grpc-timeout {value!r}")  # grpclib refuses the call (hook 6)
+        return super().from_headers(headers)
+
+
+def _refuse_malformed_timeouts_as_internal() -> None:
+    if getattr(grpclib.server, "Deadline", None) is _StrictDeadline:
+        return
+    plain_abort = grpclib.server._abort
+
+    async def abort(
+        h2_stream: Any, h2_status: int, grpc_status: Status | None = None, grpc_message: str | None = None
+    ) -> None:
+        if grpc_message == _GRPCLIB_TIMEOUT_REFUSAL:
+            grpc_status = Status.INTERNAL
+            grpc_message = "malformed grpc-timeout header: 1 to 8 digits and a unit (H, M, S, m, u, n)"
+        await plain_abort(h2_stream, h2_status, grpc_status, grpc_message)
+
+    setattr(grpclib.server, "Deadline", _StrictDeadline)  # noqa: B010 (not exported: mypy)
+    grpclib.server._abort = abort

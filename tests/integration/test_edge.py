@@ -33,6 +33,10 @@ RPCS = {
     "AbortRequest": "/lmrpc.v1.ControlService/Abort",
     "TokenizeRequest": "/lmrpc.v1.ControlService/Tokenize",
     "DetokenizeRequest": "/lmrpc.v1.ControlService/Detokenize",
+    "ScoreRequest": "/lmrpc.v1.InferenceService/Score",
+    "RerankRequest": "/lmrpc.v1.InferenceService/Rerank",
+    "StartProfileRequest": "/lmrpc.v1.ControlService/StartProfile",
+    "UpdateWeightsRequest": "/lmrpc.v1.ControlService/UpdateWeights",
 }
 HELLO = GenerateRequest(text="hello", stopping=StoppingCriteria(max_tokens=4, ignore_eos=True))
 
@@ -225,3 +229,17 @@ def test_a_reset_stream_is_a_normal_event_not_an_error(server: ServerProcess) ->
     run(server, body)
     logged = server.log()[logged_before:]
     assert "Traceback" not in logged and "Failed to handle" not in logged, logged[-4000:]
+
+
+@pytest.mark.parametrize("timeout", ["soon", "1x", "123456789S", ""])
+def test_a_malformed_grpc_timeout_is_internal(server: ServerProcess, timeout: str) -> None:
+    """As grpc-go and gRPC C-core answer it: INTERNAL, naming the header (grpclib says UNKNOWN)."""
+
+    async def body(channel: Channel) -> None:
+        async with H2Call("127.0.0.1", server.port) as call:
+            call.start("/lmrpc.v1.ControlService/GetLoad", metadata={"grpc-timeout": timeout})
+            call.send(frame(b""), end=True)
+            result = await call.wait(10)
+        assert result.status is Status.INTERNAL and "grpc-timeout" in result.message, result
+
+    run(server, body)
