@@ -7,7 +7,7 @@ from __future__ import annotations
 from grpclib import GRPCError, Status
 from grpclib.const import Cardinality
 
-from conformance.cases._helpers import first_delta, ok
+from conformance.cases._helpers import abort, first_delta, ok
 from conformance.drivers.engine import EngineDriver
 from conformance.harness.context import Ctx
 from conformance.harness.load import load_counts
@@ -138,6 +138,28 @@ async def health_check(ctx: Ctx) -> None:
             "a non-OK status",
             status,
         )
+
+
+@case("SMG-4", tag="in-flight", exclusive=True, sends=("scenario.health-while-streaming",))
+async def health_check_while_streaming(ctx: Ctx) -> None:
+    """HealthCheck answers healthy while requests stream: a busy server still accepts requests (a
+    worker that says unhealthy whenever it is busy is dropped by smg when it has the most to do)."""
+    driver = engine(ctx)
+    streams = [ctx.open(long_request(ctx)) for _ in range(2)]
+    try:
+        for stream in streams:
+            await first_delta(ctx, stream)
+        healthy, message = await driver.health(ctx.session.target.channel, ctx.budgets.rpc_s)
+        ctx.check.equal("HealthCheck.healthy with two requests streaming", True, healthy)
+        ctx.note(f"HealthCheck: healthy={healthy} message={message!r}")
+    except GRPCError as exc:
+        ctx.check.add(
+            "HealthCheck with two requests streaming", "status OK", f"{exc.status.name} {exc.message}"
+        )
+    finally:
+        await abort(ctx, *(s.record.request_id for s in streams))
+    for stream in streams:
+        await stream.finish(ctx.budgets.release_s)
 
 
 async def _health_status(ctx: Ctx, service: str) -> str:

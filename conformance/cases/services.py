@@ -204,16 +204,43 @@ async def health_watch(ctx: Ctx) -> None:
 
 @case("HEALTH-1", tag="paused", requires=("admin",), exclusive=True, sends=("scenario.health-while-paused",))
 async def health_while_paused(ctx: Ctx) -> None:
-    """A paused server accepts requests, so it is SERVING."""
+    """A paused server accepts requests, so it is SERVING, also with a request waiting behind the pause."""
     stub = HealthStub(ctx.session.target.channel)
     await paused(ctx)
     try:
-        reply = await stub.Check(HealthCheckRequest(service=""), timeout=ctx.budgets.rpc_s)
+        alone = await stub.Check(HealthCheckRequest(service=""), timeout=ctx.budgets.rpc_s)
+        waiting = ctx.open(long_request(ctx))
+        await accepted(ctx, waiting)
+        behind = await stub.Check(HealthCheckRequest(service=""), timeout=ctx.budgets.rpc_s)
     finally:
         await resumed(ctx)
-    ctx.check.equal(
-        "Health.Check('') while paused", "SERVING", HealthCheckResponse.ServingStatus.Name(reply.status)
-    )
+    for what, reply in (("while paused", alone), ("while paused with a request waiting", behind)):
+        ctx.check.equal(
+            f"Health.Check('') {what}", "SERVING", HealthCheckResponse.ServingStatus.Name(reply.status)
+        )
+    await abort(ctx, waiting.record.request_id)
+    await waiting.finish(ctx.budgets.release_s)
+
+
+@case("HEALTH-1", tag="in-flight", exclusive=True, sends=("scenario.health-while-streaming",))
+async def health_while_streaming(ctx: Ctx) -> None:
+    """A server busy with requests still accepts more, so every service it names is SERVING."""
+    stub = HealthStub(ctx.session.target.channel)
+    streams = [ctx.open(long_request(ctx)) for _ in range(2)]
+    try:
+        for stream in streams:
+            await first_delta(ctx, stream)
+        for service in ("", *LMRPC_SERVICES):
+            reply = await stub.Check(HealthCheckRequest(service=service), timeout=ctx.budgets.rpc_s)
+            ctx.check.equal(
+                f"Health.Check({service!r}) with two requests streaming",
+                "SERVING",
+                HealthCheckResponse.ServingStatus.Name(reply.status),
+            )
+    finally:
+        await abort(ctx, *(s.record.request_id for s in streams))
+    for stream in streams:
+        await stream.finish(ctx.budgets.release_s)
 
 
 @case("LOAD-1", tag="idle", exclusive=True)

@@ -129,20 +129,22 @@ def _transcript_repro(session: Session, ctx: Ctx, case: Case, mismatches: list[M
 
 
 async def probe(session: Session) -> tuple[bool, str]:
-    """Is the target still serving? Health ``""``, GetServerInfo, and a one-token Generate must all work
-    (an OpenAI server: its model list and a one-token completion)."""
+    """Is the target still serving? GetServerInfo and a one-token Generate must work (an OpenAI server:
+    its model list and a one-token completion). Health is asked too, but a server that says
+    NOT_SERVING and serves is alive: what its health says is HEALTH-1's and HEALTH-2's business, and
+    ending the run on it would turn one wrong answer into every later case NOT-RUN."""
     budget = session.budgets.liveness_s
     if session.protocol in HTTP_PROTOCOLS:
         return await http_alive(session.http, budget)
     channel = session.target.fresh_channel()
     ctx = Ctx(session, "liveness", {})
+    health = "no health answer"
     try:
         try:
-            health = await asyncio.wait_for(HealthStub(channel).Check(HealthCheckRequest(service="")), budget)
-            if health.status != HealthCheckResponse.SERVING:
-                return False, f"health is {HealthCheckResponse.ServingStatus.Name(health.status)}"
-        except GRPCError:
-            pass  # a health service that errs is SVC-2's and HEALTH-1's business; the calls below decide
+            reply = await asyncio.wait_for(HealthStub(channel).Check(HealthCheckRequest(service="")), budget)
+            health = f"health {HealthCheckResponse.ServingStatus.Name(reply.status)}"
+        except GRPCError as exc:
+            health = f"health {exc.status.name}"
         await asyncio.wait_for(session.target.control.get_server_info(GetServerInfoRequest()), budget)
         request = GenerateRequest(
             request_id=ctx.uid("probe"), text="Hello", stopping=StoppingCriteria(max_tokens=1)
@@ -150,8 +152,9 @@ async def probe(session: Session) -> tuple[bool, str]:
         stream = ctx.open(request, channel=channel)
         record = await stream.finish(budget)
         if not record.ended_ok:
-            return False, f"a one-token Generate ended {record.end.value} {record.status_message}".strip()
-        return True, "serving"
+            detail = f"a one-token Generate ended {record.end.value} {record.status_message}".strip()
+            return False, f"{detail} ({health})"
+        return True, f"serving ({health})"
     except Exception as exc:
         return False, f"{type(exc).__name__}: {exc}"
     finally:

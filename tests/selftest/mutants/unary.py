@@ -6,14 +6,16 @@ from typing import Any
 
 from grpclib import GRPCError, Status
 from grpclib.const import Cardinality, Handler
-from grpclib.health.v1.health_pb2 import HealthCheckRequest
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from grpclib.server import Stream
 
 from conformance.stream.live import RawMessage
-from lmrpc.v1 import AbortResponse, PauseGenerationResponse
+from lmrpc.v1 import AbortResponse, GenerateRequest, PauseGenerationResponse
 
 from ..proxy import Replayed
 from .base import Mutant
+
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 
 class UnaryMutant(Mutant):
@@ -158,7 +160,7 @@ class NoReflectionV1alpha(Mutant):
 class HealthPerServiceMissing(Mutant):
     name = "health-per-service-missing"
     fault = 'Health/Check knows only the overall service "", not the lmrpc services'
-    expected = frozenset({"HEALTH-1"})
+    expected = frozenset({"HEALTH-1", "HEALTH-1[in-flight]"})
 
     def __mapping__(self) -> dict[str, Handler]:
         mapping = super().__mapping__()
@@ -177,6 +179,41 @@ class HealthPerServiceMissing(Mutant):
         return mapping
 
 
+class HealthUnhealthyWhileBusy(Mutant):
+    name = "health-unhealthy-while-busy"
+    fault = "Health/Check answers NOT_SERVING whenever a request is in flight (busy read as broken)"
+    expected = frozenset({"HEALTH-1[in-flight]", "HEALTH-1[paused]"})
+    # may also fail: HEALTH-1 runs beside other cases, whose streams make this mutant NOT_SERVING
+    tolerated = frozenset({"HEALTH-1"})
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.in_flight = 0
+
+    async def _generate(self, stream: Stream[GenerateRequest, RawMessage]) -> None:
+        self.in_flight += 1
+        try:
+            await super()._generate(stream)
+        finally:
+            self.in_flight -= 1
+
+    def __mapping__(self) -> dict[str, Handler]:
+        mapping = super().__mapping__()
+        forward = mapping[HEALTH_CHECK].func
+
+        async def check(stream: Stream[Any, Any]) -> None:
+            raw = await stream.recv_message()
+            assert raw is not None
+            if self.in_flight:
+                busy = HealthCheckResponse(status=HealthCheckResponse.NOT_SERVING)
+                await stream.send_message(RawMessage(busy.SerializeToString()))
+                return
+            await forward(Replayed(stream, raw))
+
+        mapping[HEALTH_CHECK] = Handler(check, Cardinality.UNARY_UNARY, RawMessage, RawMessage)
+        return mapping
+
+
 UNARY_MUTANTS: tuple[type[Mutant], ...] = (
     ContractRevisionWrong,
     StopStringsUnadvertised,
@@ -188,4 +225,5 @@ UNARY_MUTANTS: tuple[type[Mutant], ...] = (
     PauseIgnored,
     NoReflectionV1alpha,
     HealthPerServiceMissing,
+    HealthUnhealthyWhileBusy,
 )

@@ -384,6 +384,27 @@ class Unhealthy(EngineProxy):
         return reply
 
 
+class UnhealthyWhileBusy(EngineProxy):
+    """HealthCheck answers healthy = false whenever a request is in flight (busy read as broken)."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.in_flight = 0
+
+    async def _generate(self, stream: Stream[Any, Any]) -> None:
+        self.in_flight += 1
+        try:
+            await super()._generate(stream)
+        finally:
+            self.in_flight -= 1
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await super().unary(method, request)
+        if method == "health_check" and self.in_flight:
+            reply.healthy = False
+        return reply
+
+
 class TokenizerDigestWrong(EngineProxy):
     """The tokenizer bundle's sha256 is not the digest of its bytes (computed before a re-pack)."""
 
