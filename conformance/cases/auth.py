@@ -182,6 +182,34 @@ async def requests_belong_to_their_principal(ctx: Ctx) -> None:
         await stream.finish(ctx.budgets.release_s)
 
 
+@case("AUTH-3", tag="in-flight-id", requires=("authentication",), exclusive=True)
+async def ids_in_flight_are_per_principal(ctx: Ctx) -> None:
+    """An id in flight for one principal is free for another: the admin's Generate with a client's
+    in-flight id is accepted and streams, and the client's Abort of that id ends only its own."""
+    _tokens(ctx, admin=True)
+    admin_channel = ctx.session.target.admin_channel
+    assert admin_channel is not None
+    shared = ctx.uid("twin")
+    mine = ctx.open(long_request(ctx, request_id=shared))
+    await first_delta(ctx, mine)
+    theirs = ctx.open(long_request(ctx, request_id=shared), channel=admin_channel)  # strictly after
+    try:
+        await first_delta(ctx, theirs)
+        mine_aborted = await ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[shared])))
+        ctx.check.equal(
+            "a client's Abort of its id, which an admin's request also has",
+            [AbortStatus.ABORTED.name],
+            [o.status.name for o in mine_aborted.outcomes],
+        )
+        await mine.finish(ctx.budgets.release_s)
+        await _still_streaming(ctx, theirs)
+    finally:
+        await ctx.session.target.admin.abort(
+            AbortRequest(request_ids=RequestIds(ids=[shared])), timeout=ctx.budgets.rpc_s
+        )
+    await theirs.finish(ctx.budgets.release_s)
+
+
 async def _still_streaming(ctx: Ctx, stream: LiveStream) -> None:
     seen = len(stream.events)
     await stream.read_until(lambda e, seen=seen: e.seq >= seen, ctx.budgets.prompt_s)  # type: ignore[misc]

@@ -19,7 +19,7 @@ import betterproto2
 from grpclib import GRPCError, Status
 
 from reference_server.frontend.edge import auth, decoding, framing, guard
-from reference_server.frontend.requests import FlowHooks, RequestState, RequestTable
+from reference_server.frontend.requests import DuplicateRequestError, FlowHooks, RequestState, RequestTable
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,18 @@ def _shared_ids() -> None:
     guard.EdgeGuard._authorize = authorize  # type: ignore[method-assign]
 
 
+def _global_ids() -> None:
+    """Ids are owned for Abort, but ALREADY_EXISTS compares them across principals."""
+    original = RequestTable.register
+
+    def register(self: RequestTable, owner: str, request_id: str, num_outputs: int) -> RequestState:
+        if any(state.request_id == request_id for state in self.states()):
+            raise DuplicateRequestError(request_id)
+        return original(self, owner, request_id, num_outputs)
+
+    RequestTable.register = register  # type: ignore[method-assign]
+
+
 def _wrong_refusal_code() -> None:
     original = auth.Credentials.authenticate
 
@@ -129,7 +141,8 @@ EDGE_MUTANTS = (
     EdgeMutant("open-door", "calls without credentials are served", frozenset({"AUTH-1"}), _open_door),
     EdgeMutant("wrong-refusal-code", "missing credentials answer PERMISSION_DENIED", frozenset({"AUTH-1"}), _wrong_refusal_code),
     EdgeMutant("no-roles", "every principal may use administrative RPCs", frozenset({"AUTH-2"}), _no_roles),
-    EdgeMutant("shared-ids", "requests are not owned: one principal aborts another's", frozenset({"AUTH-3"}), _shared_ids),
+    EdgeMutant("shared-ids", "requests are not owned: one principal aborts another's", frozenset({"AUTH-3", "AUTH-3[in-flight-id]"}), _shared_ids),
+    EdgeMutant("global-ids", "an id in flight for one principal is ALREADY_EXISTS for another", frozenset({"AUTH-3", "AUTH-3[in-flight-id]"}), _global_ids),
 )  # fmt: skip
 BY_NAME = {m.name: m for m in EDGE_MUTANTS}
 

@@ -5,6 +5,7 @@ need a quiet server; lanes run side by side."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpclib import GRPCError
 from zoo_process import start_zoo
 
 from conformance.spec.coverage import CLASSES
@@ -31,9 +33,6 @@ TOKEN_DELAY_S = "0.002"  # long requests stay in flight for seconds, so cancel a
 KV_TOKENS = "100000"  # small enough that n=max_outputs full-window requests can never fit (REQ-7)
 MAX_WAITING = "64"  # small enough that CAP-5[max_waiting_requests] can reach it
 ABORT_GRACE_S = "2"  # ABORT-6[after-expiry] waits the grace out in every run (5 s by default)
-# A zoo runs the whole suite once per mutant: at the MUST level's search depth (8 examples, not 12),
-# which keeps every detection and a sixth of the CPU; the reference itself runs at full depth.
-ZOO_SEARCH = ("--max-examples", os.environ.get("LMRPC_ZOO_MAX_EXAMPLES", "8"))
 
 
 @dataclass
@@ -66,11 +65,14 @@ class Lane:
         return f"127.0.0.1:{self.ports[mutant]}"
 
     def reset(self, timeout_s: float = 30.0) -> None:
-        """Leave the upstream as a fresh server: nothing paused, nothing in flight (leaks included)."""
+        """Leave the upstream as a fresh server: nothing paused, nothing recorded, nothing in flight
+        (leaks included)."""
 
         async def settle() -> None:
             async with LmrpcClient.connect(self.server.target) as client:
                 await client.control.resume_generation(ResumeGenerationRequest())
+                with contextlib.suppress(GRPCError):  # FAILED_PRECONDITION: nothing was recording
+                    await client.stop_profile()
                 give_up = time.monotonic() + timeout_s
                 while time.monotonic() < give_up:
                     await client.abort(everything=True)

@@ -18,7 +18,7 @@ from conformance.spec.coverage import CLASSES
 from conformance.spec.registry import all_cases, matches
 from reference_server.testing import ServerProcess
 
-from .lanes import ZOO_SEARCH, Outcome, _cases, run_harness, triggered
+from .lanes import Outcome, _cases, run_harness, triggered
 from .protocols.engine_proxy import EngineProxy, RuntimeProxy
 from .protocols.lanes import EngineLane, server_target
 from .protocols.runtime_openai_faults import RUNTIME_OPENAI_MUTANTS
@@ -193,7 +193,7 @@ def _run_lane(lane: EngineLane, jobs: list[Job]) -> list[tuple[Job, Outcome]]:
             REPORTS,
             name,
             time_scale=TIME_SCALE,
-            extra=(*harness_args(protocol), *ZOO_SEARCH),
+            extra=harness_args(protocol),
         )
         outcomes.append(((protocol, mutant), outcome))
     return outcomes

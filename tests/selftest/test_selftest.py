@@ -14,7 +14,7 @@ import pytest
 from conformance.spec.coverage import CLASSES
 from conformance.spec.registry import all_cases, matches
 
-from .lanes import KNOWN_FAILURES, ZOO_SEARCH, Lane, Outcome, _cases, run_harness, triggered
+from .lanes import KNOWN_FAILURES, Lane, Outcome, _cases, run_harness, triggered
 from .mutants import MUTANTS, Mutant
 
 TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
@@ -101,7 +101,7 @@ def _run_lane(lane: Lane, mutants: list[type[Mutant]]) -> list[Outcome]:  # one 
                 REPORTS,
                 mutant.name,
                 time_scale=TIME_SCALE * mutant.time_scale,
-                extra=(*THROUGH_A_PROXY_SKIP, *ZOO_SEARCH),
+                extra=THROUGH_A_PROXY_SKIP,
             )
         )
     return outcomes
