@@ -57,32 +57,43 @@ class EmptyItemScored(Mutant):
         return await super().unary(method, request)
 
 
-class IdleProfileStopAccepted(Mutant):
+class RefusalAnsweredOk(Mutant):
+    """Answers OK where the server refused ``method`` with ``refusal``: subclasses set both and
+    ``answer``."""
+
+    method = ""
+    refusal = Status.OK
+
+    def answer(self) -> Any:
+        raise NotImplementedError
+
+    async def unary(self, method: str, request: Any) -> Any:
+        try:
+            return await super().unary(method, request)
+        except GRPCError as error:
+            if method == self.method and error.status is self.refusal:
+                return self.answer()
+            raise
+
+
+class IdleProfileStopAccepted(RefusalAnsweredOk):
     name = "idle-profile-stop-accepted"
     fault = "StopProfile with nothing recording answers OK with no trace instead of FAILED_PRECONDITION"
     expected = frozenset({"ADMIN-1"})
+    method, refusal = "stop_profile", Status.FAILED_PRECONDITION
 
-    async def unary(self, method: str, request: Any) -> Any:
-        try:
-            return await super().unary(method, request)
-        except GRPCError as error:
-            if method == "stop_profile" and error.status is Status.FAILED_PRECONDITION:
-                return StopProfileResponse()
-            raise
+    def answer(self) -> Any:
+        return StopProfileResponse()
 
 
-class MissingWeightsAccepted(Mutant):
+class MissingWeightsAccepted(RefusalAnsweredOk):
     name = "missing-weights-accepted"
     fault = "UpdateWeights of a path that does not exist answers OK (and serves the old weights)"
     expected = frozenset({"ADMIN-2[refused]"})
+    method, refusal = "update_weights", Status.NOT_FOUND
 
-    async def unary(self, method: str, request: Any) -> Any:
-        try:
-            return await super().unary(method, request)
-        except GRPCError as error:
-            if method == "update_weights" and error.status is Status.NOT_FOUND:
-                return UpdateWeightsResponse(weights_version="update-accepted")
-            raise
+    def answer(self) -> Any:
+        return UpdateWeightsResponse(weights_version="update-accepted")
 
 
 class WeightsVersionStale(UnaryMutant):
