@@ -42,11 +42,18 @@ def coverage_gaps(cases: Sequence[Case]) -> tuple[dict[str, list[str]], dict[str
     return senders, observers, gaps
 
 
+def seen_once(observers: dict[str, list[str]]) -> list[str]:
+    """MUST sentences only one case observes: one timing change away from a fault that escapes.
+    Reported, not yet a gap: each needs a second case that sees the fault another way."""
+    return [sid for sid, who in observers.items() if len(who) == 1]
+
+
 def list_coverage(args: argparse.Namespace) -> int:
     # the contract's sentences are lmrpc.v1's: the OpenAI profile's cases check its reading, not them
     senders, observers, gaps = coverage_gaps([c for c in all_cases() if "lmrpc" in c.protocols])
     if args.json:
-        print(json.dumps({"input_classes": senders, "must_sentences": observers, "gaps": gaps}, indent=2))
+        report = {"input_classes": senders, "must_sentences": observers, "gaps": gaps}
+        print(json.dumps({**report, "seen_once": seen_once(observers)}, indent=2))
         return EXIT_FAIL if gaps else EXIT_OK
     console = Console()
     classes = Table(
@@ -63,6 +70,12 @@ def list_coverage(args: argparse.Namespace) -> int:
     for sid, who in observers.items():
         table.add_row(sid, escape(", ".join(who)) if who else "[red]none", escape(texts[sid][:90]))
     console.print(table)
+    once = seen_once(observers)
+    if once:
+        console.print(
+            f"[yellow]{len(once)} of {len(texts)} MUST sentences are seen by one case only:[/] "
+            + ", ".join(once)
+        )
     for gap in gaps:
         console.print(f"[red]gap[/] {escape(gap)}")
     console.print(

@@ -73,3 +73,7 @@ def test_list_coverage_has_no_gap(capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(capsys.readouterr().out)
     assert not report["gaps"]
     assert all(report["input_classes"].values()) and all(report["must_sentences"].values())
+    once = {sid for sid, who in report["must_sentences"].items() if len(who) == 1}
+    assert (
+        set(report["seen_once"]) == once and "HEALTH-1.1" not in once
+    )  # two cases since HEALTH-1[in-flight]
