@@ -151,6 +151,12 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
         help="a checkpoint of the weights the server serves, as a path on the server's host: ADMIN-2[reload] "
         "loads it with UpdateWeights (skipped without it)",
     )
+    parser.add_argument(
+        "--metrics-url",
+        metavar="URL",
+        help="the server's Prometheus endpoint (http://HOST:PORT/metrics): LOAD-2 compares the gauges the "
+        "Kubernetes inference gateway reads with GetLoad (skipped without it)",
+    )
     tls = parser.add_argument_group("TLS")
     tls.add_argument("--tls", action="store_true", help="connect with TLS instead of plaintext HTTP/2")
     tls.add_argument("--tls-ca", metavar="FILE", help="CA bundle to verify the server with")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 
+import httpx
 from google.protobuf import descriptor_pb2
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
@@ -17,7 +18,8 @@ from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
 
 from conformance.cases._helpers import abort, accepted, first_delta, ok, paused, resumed
 from conformance.harness.context import Ctx
-from conformance.harness.load import load_counts, quiet_load
+from conformance.harness.load import idle_load, load_counts, quiet_load
+from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
 from lmrpc import CONTRACT_REVISION
@@ -267,6 +269,73 @@ async def load_counts_open_stream(ctx: Ctx) -> None:
         load.active_requests,
     )
     await ctx.cancel(stream)
+
+
+# The gauges the Kubernetes inference gateway's endpoint picker reads by default, and what GetLoad
+# says they hold (LOAD-2).
+GATEWAY_GAUGES = ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc")
+
+
+@case("LOAD-2", exclusive=True, sends=("scenario.metrics-while-busy",))
+async def gateway_gauges_agree_with_load(ctx: Ctx) -> None:
+    """With --metrics-url: the gauges the Kubernetes inference gateway reads say what GetLoad says,
+    idle and, where the server pauses, with one request running and two waiting behind the pause."""
+    url = ctx.session.metrics_url
+    if not url:
+        raise CaseSkipped("no --metrics-url: the harness knows no Prometheus endpoint of the server")
+    await idle_load(ctx)
+    await _gauges_agree(ctx, url, "idle")
+    if not ctx.info.has("admin"):
+        return
+    running = ctx.open(long_request(ctx))
+    await first_delta(ctx, running)
+    await paused(ctx)
+    waiting = [ctx.open(long_request(ctx)) for _ in range(2)]
+    try:
+        for stream in waiting:
+            await accepted(ctx, stream)
+        await asyncio.sleep(0.3 * ctx.budgets.scale)  # tokens already on their way may still arrive
+        await _gauges_agree(ctx, url, "with one request running and two waiting behind a pause")
+    finally:
+        await resumed(ctx)
+        await abort(ctx, *(s.record.request_id for s in (running, *waiting)))
+    for stream in (running, *waiting):
+        await stream.finish(ctx.budgets.release_s)
+
+
+async def _gauges_agree(ctx: Ctx, url: str, moment: str) -> None:
+    load = await ctx.load()
+    try:
+        async with httpx.AsyncClient(timeout=ctx.budgets.rpc_s) as http:
+            reply = await http.get(url)
+        reply.raise_for_status()
+    except httpx.HTTPError as exc:
+        ctx.check.add(f"GET {url} {moment}", "the Prometheus text format", f"{type(exc).__name__}: {exc}")
+        return
+    gauges = prometheus_samples(reply.text)
+    usage = load.kv_tokens_in_use / load.kv_tokens_total if load.kv_tokens_total else 0.0
+    want = dict(zip(GATEWAY_GAUGES, (load.waiting_sequences, load.running_sequences, usage), strict=True))
+    for name, value in want.items():
+        got = gauges.get(name)
+        ctx.check.that(
+            got is not None and math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-9),
+            f"{name} {moment}",
+            f"{value:g}, as GetLoad says",
+            "not exported" if got is None else got,
+        )
+
+
+def prometheus_samples(text: str) -> dict[str, float]:
+    """The unlabelled samples of a Prometheus text exposition, by name."""
+    samples = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if line and not line.startswith("#") and "{" not in name:
+            try:
+                samples[name] = float(value.split()[0])
+            except (ValueError, IndexError):
+                continue
+    return samples
 
 
 @case("LOAD-1", tag="waiting", requires=("admin",), exclusive=True, sends=("scenario.load-while-waiting",))

@@ -212,6 +212,7 @@ async def execute(
     http: HttpOptions | None = None,
     wait_s: float = 0.0,
     weights_path: str | None = None,
+    metrics_url: str | None = None,
 ) -> None:
     """Connect, run ``cases`` and fill ``report``; partial results survive interruption."""
     done: dict[str, CaseResult] = {}
@@ -234,7 +235,9 @@ async def execute(
         report.aborted = f"target {endpoint} unreachable: {type(exc).__name__}: {exc}"
         report.results = _not_run(cases, done, report.aborted)
         return
-    session = Session(wire, budgets, tuning, seed=seed, profile=profile, weights_path=weights_path)
+    session = Session(
+        wire, budgets, tuning, seed=seed, profile=profile, weights_path=weights_path, metrics_url=metrics_url
+    )
     report.protocol = session.protocol
     report.settings["protocol"] = how
     server = wire.info.server
@@ -314,6 +317,7 @@ async def run(args: argparse.Namespace) -> int:
             "baseline": args.baseline,
             "assume": [n for value in args.assume for n in value.split(",") if n],
             "weights_path": args.weights_path,
+            "metrics_url": args.metrics_url,
         },
     )
     console = Console(highlight=False)
@@ -340,6 +344,7 @@ async def run(args: argparse.Namespace) -> int:
                 http=_http(args, budgets, promises),
                 wait_s=args.wait,
                 weights_path=args.weights_path,
+                metrics_url=args.metrics_url,
             )
     except asyncio.CancelledError:
         report.aborted = report.aborted or "interrupted"
@@ -443,6 +448,7 @@ async def replay(args: argparse.Namespace) -> int:
         http=_http(args, budgets, promises),
         wait_s=args.wait,
         weights_path=args.weights_path or settings.get("weights_path"),
+        metrics_url=args.metrics_url or settings.get("metrics_url"),
     )
     console = Console(highlight=False)
     for r in report.results:

@@ -105,6 +105,7 @@ class Session:
     seed: int | None = None  # hypothesis seed for the explore profile (0 is a seed); ci is derandomized
     profile: str = "conformance-ci"
     weights_path: str | None = None  # --weights-path: a checkpoint of the served weights (ADMIN-2)
+    metrics_url: str | None = None  # --metrics-url: the server's Prometheus endpoint (LOAD-2)
     run_token: str = field(default_factory=lambda: secrets.token_hex(3))
     _memo: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _ids: int = 0

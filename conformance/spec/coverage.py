@@ -214,6 +214,7 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("scenario.abort-then-reuse", "an Abort of a finished id, then a Generate reusing it"),
     InputClass("scenario.health-while-paused", "Health/Check while generation is paused"),
     InputClass("scenario.health-while-streaming", "Health/Check while requests stream"),
+    InputClass("scenario.metrics-while-busy", "a metrics scrape with requests running and waiting"),
     InputClass("scenario.load-while-waiting", "GetLoad while a request waits (no tokens yet)"),
     InputClass("scenario.cancel-twin-shares-prompt", "a cancel beside a request with the same prompt"),
     InputClass("scenario.cancel-after-begin", "a client cancel right after the call began"),

@@ -90,6 +90,8 @@ def test_metrics_count_requests_latencies_cache_and_cancels() -> None:
     assert value("lmrpc:request_success_total", finished_reason="length") == 2
     assert value("lmrpc:request_cancelled_total") == 1
     assert value("lmrpc:num_requests_running") == value("lmrpc:num_requests_waiting") == 0
+    for gauge in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"):  # LOAD-2
+        assert f"# TYPE vllm:{gauge} gauge" in text and value(f"vllm:{gauge}") == value(f"lmrpc:{gauge}")
     assert value("lmrpc:kv_cache_tokens", state="total") > 0
     assert value("lmrpc:kv_event_batches_total") >= 1 and value("lmrpc:kv_event_blocks") >= 2
     assert "# TYPE lmrpc:time_to_first_token_seconds histogram" in text

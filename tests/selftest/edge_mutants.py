@@ -19,6 +19,7 @@ import betterproto2
 from grpclib import GRPCError, Status
 
 from reference_server.frontend.edge import auth, decoding, framing, guard
+from reference_server.frontend.metrics import exporter
 from reference_server.frontend.requests import DuplicateRequestError, FlowHooks, RequestState, RequestTable
 
 
@@ -120,6 +121,24 @@ def _global_ids() -> None:
     RequestTable.register = register  # type: ignore[method-assign]
 
 
+def _gateway_gauges_swapped() -> None:
+    """The gauges the inference gateway reads say waiting where they mean running, and back."""
+    original = exporter._families
+    swap = {
+        "vllm:num_requests_waiting": "vllm:num_requests_running",
+        "vllm:num_requests_running": "vllm:num_requests_waiting",
+    }
+
+    def families(snapshot: Any) -> Any:
+        for family in original(snapshot):
+            if family.name in swap:
+                family.name = swap[family.name]
+                family.samples = [sample._replace(name=family.name) for sample in family.samples]
+            yield family
+
+    exporter._families = families
+
+
 def _wrong_refusal_code() -> None:
     original = auth.Credentials.authenticate
 
@@ -142,6 +161,7 @@ EDGE_MUTANTS = (
     EdgeMutant("wrong-refusal-code", "missing credentials answer PERMISSION_DENIED", frozenset({"AUTH-1"}), _wrong_refusal_code),
     EdgeMutant("no-roles", "every principal may use administrative RPCs", frozenset({"AUTH-2"}), _no_roles),
     EdgeMutant("shared-ids", "requests are not owned: one principal aborts another's", frozenset({"AUTH-3", "AUTH-3[in-flight-id]"}), _shared_ids),
+    EdgeMutant("gateway-gauges-swapped", "vllm:num_requests_waiting and _running are swapped", frozenset({"LOAD-2"}), _gateway_gauges_swapped),
     EdgeMutant("global-ids", "an id in flight for one principal is ALREADY_EXISTS for another", frozenset({"AUTH-3", "AUTH-3[in-flight-id]"}), _global_ids),
 )  # fmt: skip
 BY_NAME = {m.name: m for m in EDGE_MUTANTS}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from reference_server.smg_gateway import free_port
 from reference_server.testing import ServerProcess
 
 from .edge_mutants import EDGE_MUTANTS, EdgeMutant
@@ -23,7 +24,7 @@ from .test_selftest import expand
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest")) / "edge"
 CLIENT_TOKEN, ADMIN_TOKEN = "edge-client-token", "edge-admin-token"
-EDGE_CASES = ("MALFORMED-*", "FLOW-*", "AUTH-*")
+EDGE_CASES = ("MALFORMED-*", "FLOW-*", "AUTH-*", "LOAD-2")  # LOAD-2: the server's own metrics endpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -37,16 +38,23 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def run_against(name: str, tokens: Path) -> Outcome:
     """Start the reference server (``name="reference"``) or an edge mutant, run the edge cases."""
+    metrics_port = free_port()
     server = ServerProcess(
         engine="fake",
         launcher=("-m", "tests.selftest.edge_mutants", name),
-        args=("--max-parked-tokens", "16", "--stall-timeout", "3", "--auth", str(tokens)),
+        args=(
+            *("--max-parked-tokens", "16", "--stall-timeout", "3", "--auth", str(tokens)),
+            *("--metrics-port", str(metrics_port)),
+        ),
         env={"PYTHONPATH": str(ROOT)},
     ).start()
     try:
         selection = [arg for glob in EDGE_CASES for arg in ("--run", glob)]
         credentials = ("--token", CLIENT_TOKEN, "--admin-token", ADMIN_TOKEN)
-        return run_harness(server.target, REPORTS, name, time_scale=1.0, extra=(*selection, *credentials))
+        metrics = ("--metrics-url", f"http://127.0.0.1:{metrics_port}/metrics")
+        return run_harness(
+            server.target, REPORTS, name, time_scale=1.0, extra=(*selection, *credentials, *metrics)
+        )
     finally:
         server.stop()
 

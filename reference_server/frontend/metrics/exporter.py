@@ -19,6 +19,12 @@ SGLang's where they mean the same, under the ``lmrpc:`` prefix.
 | ``lmrpc:kv_event_blocks`` | gauge (live blocks published as KV events) | |
 | ``lmrpc:kv_event_batches_total`` | counter (KV event batches published; the last sequence number) | |
 
+Beside them, under vLLM's own names, the three gauges the Kubernetes inference gateway's endpoint
+picker reads by default (its ``--total-queued-requests-metric``, ``--total-running-requests-metric``
+and ``--kv-cache-usage-percentage-metric``), so that a default-configured picker routes on this
+server's load (contract LOAD-2): ``vllm:num_requests_waiting``, ``vllm:num_requests_running`` and
+``vllm:kv_cache_usage_perc``, the same values as their ``lmrpc:`` twins.
+
 A scrape reads everything on the event loop (the load through ControlService.GetLoad), so it
 sees one consistent moment.
 """
@@ -155,17 +161,20 @@ def _families(snapshot: _Snapshot) -> Iterator[Metric]:
     load = snapshot.load
     if load is None:
         return
-    yield GaugeMetricFamily(
-        "lmrpc:num_requests_running", "Sequences being decoded", value=load.running_sequences
-    )
-    yield GaugeMetricFamily(
-        "lmrpc:num_requests_waiting", "Sequences waiting for admission", value=load.waiting_sequences
-    )
+    usage = load.kv_tokens_in_use / load.kv_tokens_total if load.kv_tokens_total else 0.0
+    for prefix in ("lmrpc", "vllm"):  # vllm: what the inference gateway reads by default (LOAD-2)
+        yield GaugeMetricFamily(
+            f"{prefix}:num_requests_running", "Sequences being decoded", value=load.running_sequences
+        )
+        yield GaugeMetricFamily(
+            f"{prefix}:num_requests_waiting", "Sequences waiting for admission", value=load.waiting_sequences
+        )
+        yield GaugeMetricFamily(
+            f"{prefix}:kv_cache_usage_perc", "KV-cache share held by requests (0-1)", value=usage
+        )
     yield GaugeMetricFamily(
         "lmrpc:num_requests_active", "Generate calls in flight", value=load.active_requests
     )
-    usage = load.kv_tokens_in_use / load.kv_tokens_total if load.kv_tokens_total else 0.0
-    yield GaugeMetricFamily("lmrpc:kv_cache_usage_perc", "KV-cache share held by requests (0-1)", value=usage)
     tokens = GaugeMetricFamily("lmrpc:kv_cache_tokens", "KV-cache token slots", labels=["state"])
     tokens.add_metric(["in_use"], load.kv_tokens_in_use)
     tokens.add_metric(["cached"], load.kv_tokens_cached)
