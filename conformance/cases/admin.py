@@ -162,7 +162,6 @@ async def reloaded_weights(ctx: Ctx) -> None:
         "streaming on, no RequestError",
         running.record.summary(),
     )
-    await abort(ctx, running.record.request_id)
-    ok(ctx, await running.finish(ctx.budgets.release_s), "the stream that ran across UpdateWeights")
+    await ctx.cancel(running)  # not an Abort: this case judges the update, not ABORT-*
     ctx.check.equal("ModelInfo.weights_version after UpdateWeights", name, await _weights_version(ctx))
     ctx.check.equal("greedy tokens after reloading the same weights", before, await _greedy_tokens(ctx))

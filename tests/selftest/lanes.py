@@ -55,6 +55,7 @@ class Lane:
         )
         server = ServerProcess(engine="fake", args=lane_args).start()
         try:
+            _warm_profiler(server.target)
             zoo, ports = start_zoo("tests.selftest.zoo", "--upstream", server.target, timeout_s=timeout_s)
         except BaseException:
             server.stop()
@@ -91,6 +92,19 @@ class Lane:
             except subprocess.TimeoutExpired:
                 self.zoo.kill()
         self.server.stop()
+
+
+def _warm_profiler(target: str) -> None:
+    """Record nothing once: the fake engine's scheduler imports torch at its first StartProfile,
+    which on a busy machine holds every request of the lane for tens of seconds; the first mutant
+    of a lane would pay for it inside ADMIN-1 and whatever ran beside it."""
+
+    async def record_nothing() -> None:
+        async with LmrpcClient.connect(target) as client:
+            await client.start_profile()
+            await client.stop_profile()
+
+    asyncio.run(record_nothing())
 
 
 @dataclass
