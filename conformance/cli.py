@@ -157,6 +157,21 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
         help="the server's Prometheus endpoint (http://HOST:PORT/metrics): LOAD-2 compares the gauges the "
         "Kubernetes inference gateway reads with GetLoad (skipped without it)",
     )
+    hooks = parser.add_argument_group(
+        "server control (shell commands the harness runs; cases that need one skip without it)"
+    )
+    hooks.add_argument(
+        "--restart-hook",
+        metavar="CMD",
+        help="restarts the server process and returns (the harness then waits for it to serve on the same "
+        "address): SVC-4[restart] checks that its ServerInfo names a new instance. Runs after every other case",
+    )
+    hooks.add_argument(
+        "--drain-hook",
+        metavar="CMD",
+        help="begins the server's shutdown, as SIGTERM does (e.g. 'kill -TERM $(cat server.pid)'): LIFE-1[drain] "
+        "checks health, refusals and the streams in flight while it drains. Runs last: the server is gone after it",
+    )
     tls = parser.add_argument_group("TLS")
     tls.add_argument("--tls", action="store_true", help="connect with TLS instead of plaintext HTTP/2")
     tls.add_argument("--tls-ca", metavar="FILE", help="CA bundle to verify the server with")

@@ -26,4 +26,5 @@ from conformance.cases import prompts  # noqa: F401
 from conformance.cases import stateful  # noqa: F401
 from conformance.cases import engines  # noqa: F401
 from conformance.cases import sglang_runtime  # noqa: F401
+from conformance.cases import lifecycle  # noqa: F401
 from conformance.cases import openai  # noqa: F401

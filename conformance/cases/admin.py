@@ -144,7 +144,7 @@ async def reloaded_weights(ctx: Ctx) -> None:
     """With --weights-path (a checkpoint of the weights served): UpdateWeights loads it without
     failing a stream in flight across it, ModelInfo.weights_version becomes the name sent, and greedy
     tokens stay what they were (the same weights)."""
-    path = ctx.session.weights_path
+    path = ctx.session.access.weights_path
     if not path:
         raise CaseSkipped("no --weights-path: the harness knows no checkpoint on the server's host")
     before = await _greedy_tokens(ctx)

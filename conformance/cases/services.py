@@ -280,7 +280,7 @@ GATEWAY_GAUGES = ("vllm:num_requests_waiting", "vllm:num_requests_running", "vll
 async def gateway_gauges_agree_with_load(ctx: Ctx) -> None:
     """With --metrics-url: the gauges the Kubernetes inference gateway reads say what GetLoad says,
     idle and, where the server pauses, with one request running and two waiting behind the pause."""
-    url = ctx.session.metrics_url
+    url = ctx.session.access.metrics_url
     if not url:
         raise CaseSkipped("no --metrics-url: the harness knows no Prometheus endpoint of the server")
     await idle_load(ctx)

@@ -50,6 +50,7 @@ class Driver(ABC):
     protocol: ClassVar[str]  # one of PROTOCOLS
     service: ClassVar[str]  # the fully qualified service the protocol's calls go to
     abort_outcomes: ClassVar[bool] = True  # Abort reports per-id outcomes (ABORTED / NOT_IN_FLIGHT)
+    instance_field: ClassVar[str] = ""  # what names the running instance (SVC-4); "" where only uptime does
     field_names: ClassVar[Mapping[str, str]] = MappingProxyType(
         {}
     )  # lmrpc.v1 field -> the protocol's name for it (ERR-3)

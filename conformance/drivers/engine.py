@@ -296,11 +296,14 @@ class EngineDriver(Driver):
     async def server_info(self, stub: Any, timeout: float | None) -> ServerInfo:
         """What the protocol can say about the server; GetServerInfo is optional (smg only warns
         when it fails), so a server without it still gets a name."""
-        name, version = self.protocol, ""
+        name, version, uptime, instance = self.protocol, "", 0.0, ""
         try:
             native = await stub.get_server_info(self.server_request(), timeout=timeout)
             name = native.server_type or name
             version = getattr(native, "sglang_version", "")
+            uptime = native.uptime_seconds
+            started = getattr(native, "start_time", None)  # SGLang's instance: the moment it started
+            instance = started.isoformat() if started is not None else ""
         except GRPCError as exc:
             if exc.status is not Status.UNIMPLEMENTED:
                 raise
@@ -309,7 +312,9 @@ class EngineDriver(Driver):
             server_version=version,
             contract_revision=0,
             capabilities=self.capabilities(),
+            uptime_seconds=uptime,
             limits=ServerLimits(),
+            instance_id=instance,
         )
 
     def capabilities(self) -> Capabilities:

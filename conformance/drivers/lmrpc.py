@@ -27,6 +27,7 @@ from lmrpc.v1 import (
 
 class LmrpcDriver(Driver):
     protocol = "lmrpc"
+    instance_field = "ServerInfo.instance_id"
     service = "lmrpc.v1.ControlService"
 
     async def events(

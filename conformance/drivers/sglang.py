@@ -39,6 +39,7 @@ def _given(value: float | None, default: float) -> float:
 
 class SglangDriver(EngineDriver):
     protocol = "sglang-scheduler"
+    instance_field = "GetServerInfoResponse.start_time"
     service = "sglang.grpc.scheduler.SglangScheduler"
     abort_outcomes = True
     cumulative = True

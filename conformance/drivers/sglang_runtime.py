@@ -126,6 +126,13 @@ def _integer(value: object) -> int | None:
     return None
 
 
+def _seconds(value: object) -> float:
+    """A duration as the server wrote it; 0 when it wrote none, or no number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return 0.0
+
+
 # ── the normalised views of one native response ─────────────────────────
 @dataclass(frozen=True, slots=True)
 class _Top:
@@ -486,6 +493,7 @@ class SglangRuntimeDriver(Driver):
             server_version=str(server.get("version", "")),
             contract_revision=0,
             capabilities=self.capabilities(),
+            uptime_seconds=_seconds(server.get("uptime_seconds")),
             limits=ServerLimits(),
         )
 

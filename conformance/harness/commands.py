@@ -12,7 +12,8 @@ import random
 import re
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -24,7 +25,7 @@ from conformance.drivers.openai.target import HttpOptions, HttpTarget
 from conformance.harness.connect import AnyEndpoint, connect, parse_endpoint, protocol_of, wait_until_ready
 from conformance.harness.outcome import CaseResult, Verdict
 from conformance.harness.runner import Progress, run_all
-from conformance.harness.session import Budgets, Session, Tuning
+from conformance.harness.session import Budgets, ServerAccess, Session, Tuning
 from conformance.harness.target import Credentials, TlsOptions
 from conformance.report.baseline import Baseline, BaselineError
 from conformance.report.console import progress_bar, render
@@ -211,8 +212,7 @@ async def execute(
     report: RunReport,
     http: HttpOptions | None = None,
     wait_s: float = 0.0,
-    weights_path: str | None = None,
-    metrics_url: str | None = None,
+    access: ServerAccess | None = None,
 ) -> None:
     """Connect, run ``cases`` and fill ``report``; partial results survive interruption."""
     done: dict[str, CaseResult] = {}
@@ -235,9 +235,7 @@ async def execute(
         report.aborted = f"target {endpoint} unreachable: {type(exc).__name__}: {exc}"
         report.results = _not_run(cases, done, report.aborted)
         return
-    session = Session(
-        wire, budgets, tuning, seed=seed, profile=profile, weights_path=weights_path, metrics_url=metrics_url
-    )
+    session = Session(wire, budgets, tuning, seed=seed, profile=profile, access=access or ServerAccess())
     report.protocol = session.protocol
     report.settings["protocol"] = how
     server = wire.info.server
@@ -266,6 +264,22 @@ async def execute(
     ]
     if down:
         report.aborted = down[0]
+
+
+def _access(args: argparse.Namespace, recorded: Mapping[str, Any] | None = None) -> ServerAccess:
+    """The options that reach the server beyond its address; a rerun falls back on the recorded run's."""
+    recorded = recorded or {}
+
+    def pick(name: str) -> str | None:
+        value = getattr(args, name, None) or recorded.get(name)
+        return str(value) if value else None
+
+    return ServerAccess(
+        weights_path=pick("weights_path"),
+        metrics_url=pick("metrics_url"),
+        restart_hook=pick("restart_hook"),
+        drain_hook=pick("drain_hook"),
+    )
 
 
 def _http(args: argparse.Namespace, budgets: Budgets, promises: Promises | None) -> HttpOptions:
@@ -318,6 +332,8 @@ async def run(args: argparse.Namespace) -> int:
             "assume": [n for value in args.assume for n in value.split(",") if n],
             "weights_path": args.weights_path,
             "metrics_url": args.metrics_url,
+            "restart_hook": args.restart_hook,
+            "drain_hook": args.drain_hook,
         },
     )
     console = Console(highlight=False)
@@ -343,8 +359,7 @@ async def run(args: argparse.Namespace) -> int:
                 report=report,
                 http=_http(args, budgets, promises),
                 wait_s=args.wait,
-                weights_path=args.weights_path,
-                metrics_url=args.metrics_url,
+                access=_access(args),
             )
     except asyncio.CancelledError:
         report.aborted = report.aborted or "interrupted"
@@ -447,8 +462,7 @@ async def replay(args: argparse.Namespace) -> int:
         report=report,
         http=_http(args, budgets, promises),
         wait_s=args.wait,
-        weights_path=args.weights_path or settings.get("weights_path"),
-        metrics_url=args.metrics_url or settings.get("metrics_url"),
+        access=_access(args, settings),
     )
     console = Console(highlight=False)
     for r in report.results:

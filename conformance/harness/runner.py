@@ -1,7 +1,8 @@
 """Runs the selected cases against one target: budgets, skips, isolation, liveness after failures.
 
 Cases run concurrently up to ``jobs`` at a time, except ``exclusive`` ones (load baselines, pause),
-which run alone. A case that overruns its budget is cancelled and reported as hung; after any
+which run alone, and the cases that restart or end the server run after all others (``Stage``). A
+case that overruns its budget is cancelled and reported as hung; after any
 failure a liveness probe decides whether the rest can run, so one crash never turns into dozens of
 phantom failures.
 """
@@ -190,7 +191,7 @@ async def run_all(
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             running.difference_update(done)
 
-    for case in cases:
+    for case in sorted(cases, key=lambda c: c.stage):  # stable: the given order within a stage
         if down:
             break
         await drain(0 if case.exclusive else max(jobs, 1) - 1)

@@ -97,6 +97,17 @@ class Tuning:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ServerAccess:
+    """What the user tells the harness about the server besides its address. Each one enables the
+    cases that need it; they skip without it."""
+
+    weights_path: str | None = None  # --weights-path: a checkpoint of the served weights (ADMIN-2)
+    metrics_url: str | None = None  # --metrics-url: the server's Prometheus endpoint (LOAD-2)
+    restart_hook: str | None = None  # --restart-hook: a shell command that restarts the server (SVC-4)
+    drain_hook: str | None = None  # --drain-hook: a shell command that begins its shutdown (LIFE-1)
+
+
 @dataclass(slots=True)
 class Session:
     wire: Target | HttpTarget  # a gRPC target (lmrpc.v1 or an engine protocol) or an OpenAI HTTP one
@@ -104,8 +115,7 @@ class Session:
     tuning: Tuning
     seed: int | None = None  # hypothesis seed for the explore profile (0 is a seed); ci is derandomized
     profile: str = "conformance-ci"
-    weights_path: str | None = None  # --weights-path: a checkpoint of the served weights (ADMIN-2)
-    metrics_url: str | None = None  # --metrics-url: the server's Prometheus endpoint (LOAD-2)
+    access: ServerAccess = ServerAccess()
     run_token: str = field(default_factory=lambda: secrets.token_hex(3))
     _memo: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _ids: int = 0

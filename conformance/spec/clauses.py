@@ -46,10 +46,8 @@ UNCHECKED: dict[str, str] = {
     "STREAM-9": "a rule for clients",
     "CAP-4": "a rule for clients",
     "N-3": "server-internal",
-    "LIFE-1": "needs control of the server process (SIGTERM)",
     "LIFE-2": "needs a worker process to die",
     "LIFE-4": "needs a worker process to die",
-    "SMG-5": "needs control of the server process (start-up, drain) or a worker to die",
 }
 
 _ROW = re.compile(r"^\| ([A-Z]+-\d+) \| (MUST|SHOULD) \| (.*) \|\s*$")

@@ -225,6 +225,8 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("scenario.stop-before-min-tokens", "a stop string that occurs before min_tokens"),
     InputClass("scenario.stop-string-fffd-at-end", "stop string U+FFFD and an output cut inside a character"),
     InputClass("scenario.reuse-after-finish", "a Generate reusing the id of a finished request at once"),
+    InputClass("scenario.restart", "the server restarted by the user's --restart-hook"),
+    InputClass("scenario.drain", "the server's shutdown begun by the user's --drain-hook, streams in flight"),
     InputClass("scenario.waiting-limit", "one request more than limits.max_waiting_requests"),
 )
 CLASSES: dict[str, InputClass] = {c.id: c for c in INPUT_CLASSES}
@@ -256,6 +258,9 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "SVC-1.2": ("ERR-4[*]", "CAP-1[embed]", "CAP-1[tokenize]", "CAP-1[admin]"),
     "SVC-2.1": ("SVC-2[*]",),
     "SVC-3.1": ("SVC-3",),
+    "SVC-4.1": ("SVC-4", "SVC-4[restart]"),
+    "SVC-4.2": ("SVC-4", "SVC-4[restart]"),
+    "SVC-4.3": ("SVC-4[restart]",),
     "REQ-1.1": ("REQ-1[no-input]",),
     "REQ-1.2": ("REQ-1[empty-*]",),
     "REQ-2.1": ("REQ-2", "REQ-2[server-assigned]"),
@@ -364,6 +369,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "MALFORMED-2.1": ("MALFORMED-2",),
     "MALFORMED-3.1": ("MALFORMED-3",),
     "MALFORMED-4.1": ("MALFORMED-4[*]",),
+    "LIFE-1.1": ("LIFE-1[drain]",),
     "FLOW-1.1": ("FLOW-1",),
     "FLOW-2.1": ("FLOW-2",),
     "FLOW-2.2": ("FLOW-2",),
@@ -384,7 +390,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "HEALTH-1.1": ("HEALTH-1", "HEALTH-1[in-flight]"),
     "HEALTH-1.2": ("HEALTH-1",),
     "HEALTH-1.3": ("HEALTH-1[paused]",),
-    "HEALTH-2.1": ("HEALTH-2[watch]",),
+    "HEALTH-2.1": ("HEALTH-2[watch]", "LIFE-1[drain]"),
     "LOAD-1.1": ("LOAD-1[idle]",),
     "LOAD-1.2": ("LOAD-1[active]", "LOAD-1[waiting]"),
     "TOK-1.1": ("TOK-1", "TOK-1[*]"),
@@ -419,6 +425,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "SMG-3.2": ("SMG-3[*]", "LOAD-1[active]"),
     "SMG-4.1": ("SMG-4", "SMG-4[in-flight]"),
     "SMG-4.2": ("SMG-4",),
+    "SMG-5.1": ("SMG-5[drain]",),
     # SGLang's native service, through its driver
     "SRT-1.1": ("SRT-1[ids]", "SRT-1[text]"),
     "SRT-1.2": ("SRT-1[ids]", "SRT-1[text]"),

@@ -72,7 +72,7 @@ NOT_DRIVEN_CAP_1 = {f"CAP-1[{flag}]": na("lmrpc.v1's capability flag") for flag 
 LMRPC = Profile(
     "lmrpc",
     "lmrpc.v1",
-    {**{f"SMG-{i}": na(ENGINE_ONLY) for i in range(1, 5)}, **NOT_RUNTIME},
+    {**{f"SMG-{i}": na(ENGINE_ONLY) for i in range(1, 6)}, **NOT_RUNTIME},
 )
 
 # What both engine protocols share; each protocol's profile overrides some of it.
@@ -196,6 +196,17 @@ _ENGINE: dict[str, Reading] = {
     "CAP-5": na("the protocols report no limits"),
     "HEALTH-1": na("smg reads the engine HealthCheck, never grpc.health.v1 (SMG-4)"),
     "HEALTH-2": na("smg reads the engine HealthCheck (SMG-5)"),
+    "SVC-4": reads(
+        "GetServerInfo: uptime_seconds grows while the server runs and falls across a restart; where the "
+        "protocol names the instance (sglang-scheduler's start_time) it is the same on every call and new "
+        "after a restart"
+    ),
+    "LIFE-1": na("a drain shows on the engine HealthCheck (SMG-5[drain])"),
+    "SMG-5": reads(
+        "a drain (--drain-hook): HealthCheck answers healthy=false, a new Generate is UNAVAILABLE and the "
+        "streams in flight end with their finish and usage; the protocols report no drain time, so an "
+        "ABORTED output is accepted at any time. Start-up and a worker's death are not driven"
+    ),
     "LOAD-1": reads(
         "GetLoads: with nothing in flight num_running_reqs, num_waiting_reqs, num_used_tokens and "
         "num_total_reqs are 0 on every rank; an open stream is counted"
@@ -676,6 +687,11 @@ SGLANG_RUNTIME = Profile(
         "EMBED-1": na("Embed is not driven"),
         "EMBED-2": na("Embed is not driven"),
         "EMBED-3": na("Embed is not driven"),
+        "LIFE-1": na("its drain is not driven yet (its health is the service's HealthCheck)"),
+        "SVC-4": reads(
+            "GetServerInfo's uptime_seconds grows while the server runs and falls across a restart; the "
+            "protocol names no instance"
+        ),
         "LIFE-3": reads(
             "PauseGeneration `in_place` holds requests with their KV cache (GetServerInfo `is_paused`); "
             "ContinueGeneration resumes them"

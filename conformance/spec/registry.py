@@ -7,6 +7,7 @@ A case ID is its clause ID, plus a bracketed permutation when one clause has sev
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,15 @@ if TYPE_CHECKING:  # the spec layer sits below the harness; cases get a Ctx at r
 Body = Callable[["Ctx"], Awaitable[None]]
 
 
+class Stage(enum.IntEnum):
+    """When a case runs: a case that restarts or ends the server runs alone, after every case that
+    needs the server as it was (a run orders its cases by stage, keeping their order within one)."""
+
+    ORDINARY = 0
+    RESTARTS = 1  # the server restarts (--restart-hook) and serves again
+    ENDS = 2  # the server shuts down (--drain-hook): nothing runs after it
+
+
 @dataclass(frozen=True, slots=True)
 class Case:
     id: str
@@ -36,6 +46,7 @@ class Case:
     module: str = ""
     sends: tuple[str, ...] = ()  # input classes it sends (spec/coverage.py), checked by the self-test
     protocols: tuple[str, ...] = GRPC_PROTOCOLS  # the protocols whose runs select it
+    stage: Stage = Stage.ORDINARY
 
     @property
     def group(self) -> str:
@@ -84,6 +95,7 @@ def case(
     level: Level | None = None,
     sends: Iterable[str] = (),
     protocols: tuple[str, ...] = GRPC_PROTOCOLS,
+    stage: Stage = Stage.ORDINARY,
 ) -> Callable[[Body], Body]:
     """Register a case (or one case per variant)."""
     clause = CLAUSES.get(clause_id)
@@ -114,11 +126,12 @@ def case(
                 requires=(*common, *variant.requires),
                 body=body,
                 params=params,
-                exclusive=exclusive,
+                exclusive=exclusive or stage is not Stage.ORDINARY,
                 budget_factor=budget,
                 module=body.__module__.rsplit(".", 1)[-1],
                 sends=(*declared, *variant.sends),
                 protocols=protocols,
+                stage=stage,
             )
         return body
 

@@ -62,6 +62,7 @@ class LiveStream:
         self._changed = asyncio.Event()
         self._cursor = 0
         self._t0 = time.monotonic()
+        self.started_at = self._t0  # time.monotonic() when the call began; events' t_s count from it
         self._last_progress = self._t0
         self.done = asyncio.Event()
         self._task = asyncio.create_task(self._run(channel))

@@ -268,10 +268,14 @@ class Frontend:
             self.workers = self._worker_set()
             self.ctx.link = self.workers.link
             try:
-                await self.workers.start(self.config.startup_timeout_s)
+                info = await self.workers.start(self.config.startup_timeout_s)
             except WorkerUnavailableError as exc:
                 log.error("the restarted workers did not start: %s", exc)
                 continue
+            previous = self.ctx.engine
+            assert previous is not None  # recovery starts only after the first workers served
+            # Fresh workers: the initial weights again, an empty KV cache, so a new instance (SVC-4).
+            self.ctx.engine = Engine(info, previous.tokenizer, previous.capabilities)
             self.ctx.failure = None
             self._serving_since = time.monotonic()
             self.ctx.set_phase(Phase.SERVING)

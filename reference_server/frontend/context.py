@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from grpclib import GRPCError, Status
@@ -39,6 +40,9 @@ class Engine:
     capabilities: Capabilities
     weights_version: str = INITIAL_WEIGHTS  # ModelInfo.weights_version (ADMIN-2)
     updates: int = 0  # UpdateWeights these workers took
+    instance_id: str = field(
+        default_factory=lambda: uuid.uuid4().hex
+    )  # new with every set of workers (SVC-4)
 
 
 @dataclass
@@ -51,6 +55,7 @@ class FrontendContext:
     engine: Engine | None = None
     failure: str | None = None
     started_at: float = field(default_factory=time.monotonic)
+    started_at_unix: float = field(default_factory=time.time)  # the same instant, for clocks across hosts
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set when no request is in flight
 
     def __post_init__(self) -> None:
@@ -91,6 +96,7 @@ class FrontendContext:
             contract_revision=CONTRACT_REVISION,
             capabilities=self.engine.capabilities if self.engine else Capabilities(),
             uptime_seconds=time.monotonic() - self.started_at,
+            instance_id=self.engine.instance_id if self.engine else "",
             limits=ServerLimits(
                 max_message_bytes=limits.max_message_bytes,
                 abort_grace_seconds=limits.abort_grace_s,

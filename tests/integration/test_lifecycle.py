@@ -96,6 +96,7 @@ def test_dead_scheduler_fails_streams_then_fresh_workers_serve() -> None:
 
     async def body(client: LmrpcClient) -> None:
         old_workers = server.worker_pids()
+        before = await client.server_info()
         task, _ = await first_delta(client, request)
         os.kill(old_workers["scheduler"], signal.SIGKILL)
         responses = await asyncio.wait_for(task, 5)  # no hung client
@@ -120,6 +121,9 @@ def test_dead_scheduler_fails_streams_then_fresh_workers_serve() -> None:
         )
         assert len(result.outputs[0].token_ids) == 4
         assert set(server.worker_pids().values()).isdisjoint(old_workers.values())
+        after = await client.server_info()  # SVC-4: fresh workers, an empty cache, a new instance
+        assert before.instance_id and after.instance_id and after.instance_id != before.instance_id
+        assert after.uptime_seconds > before.uptime_seconds  # the process did not restart
 
     try:
         run(server.target, body)

@@ -1439,7 +1439,7 @@ class ServerInfo(betterproto2.Message):
 
     contract_revision: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
     """
-    The revision of docs/contract.md this server implements (this file: 3).
+    The revision of docs/contract.md this server implements (this file: 4).
     """
 
     capabilities: "Capabilities | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
@@ -1455,6 +1455,14 @@ class ServerInfo(betterproto2.Message):
     limits: "ServerLimits | None" = betterproto2.field(6, betterproto2.TYPE_MESSAGE, optional=True)
     """
     The limits a client cannot discover otherwise (CAP-5). Added in contract revision 2.
+    """
+
+    instance_id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    This running instance of the server: non-empty while it serves, the same on every call, and
+    new after any restart, of the process or of its workers, that lost its KV cache and requests
+    in flight (SVC-4). A router keeps state about a server (prefix trees, loads) under this id and
+    drops it when the id changes. Added in contract revision 4.
     """
 
 

@@ -57,8 +57,6 @@ def test_unchecked_clauses_say_why() -> None:
         "STREAM-9",
         "CAP-4",
         "N-3",
-        "LIFE-1",
         "LIFE-2",
         "LIFE-4",
-        "SMG-5",
     }

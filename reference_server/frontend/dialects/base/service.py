@@ -86,6 +86,7 @@ class ServerFacts:
     load: Load
     engine: EngineInfo
     uptime_seconds: float
+    started_at_unix: float  # when the server process started, on the wall clock
     last_receive_timestamp: float  # when the last Generate arrived (0: none yet)
 
 
@@ -170,7 +171,9 @@ class DialectBase(StreamingDiscipline, ABC, Generic[DialectRequest, DialectRespo
         load = await self.lmrpc_load()
         server = (await self.control.get_server_info(GetServerInfoRequest())).server
         assert server is not None
-        return ServerFacts(load, engine.info, server.uptime_seconds, self._last_receive)
+        return ServerFacts(
+            load, engine.info, server.uptime_seconds, self.ctx.started_at_unix, self._last_receive
+        )
 
     async def rated_load(self, dp_rank: int | None) -> RatedLoad:
         """What GetLoads reports: our Load, the engine's facts, generation throughput and cache

@@ -28,7 +28,9 @@ from reference_server.models.source import ModelSource
 
 def server_info(facts: ServerFacts, model: ModelInfo, source: ModelSource) -> sglang.GetServerInfoResponse:
     load = facts.load
-    started = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=facts.uptime_seconds)
+    started = datetime.datetime.fromtimestamp(
+        facts.started_at_unix, datetime.UTC
+    )  # fixed: routers compare it
     server_args = {
         "model_path": model_path_label(source, model.model_id),
         "served_model_name": model.model_id,
