@@ -10,7 +10,8 @@ from grpclib.const import Status
 
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped
-from conformance.search.malformed import message_descriptor, named_faults, unknown_group
+from conformance.search.malformed import named_faults, unknown_group
+from conformance.spec.descriptors import message_descriptor
 from conformance.spec.registry import Variant, case
 from conformance.stream.h2call import H2Call, H2Result, frame
 from conformance.stream.wire import length_field, write_varint

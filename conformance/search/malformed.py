@@ -16,13 +16,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cache
 
-from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from conformance.stream.wire import length_field, write_varint
-from lmrpc import descriptor_set_path
 
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
 INVALID_UTF8 = b"ok\xff\xfe"
@@ -34,23 +31,6 @@ class Fault:
     name: str  # what is wrong, e.g. "invalid UTF-8 in stopping.stop_strings"
     body: bytes
     field: str | None  # the field name the refusal should mention, or None
-
-
-@cache
-def _pool() -> descriptor_pool.DescriptorPool:
-    """Every message the SDK ships: lmrpc.v1 and the vendored engine protocols."""
-    pool = descriptor_pool.DescriptorPool()
-    seen: set[str] = set()
-    for path in sorted(descriptor_set_path().parent.glob("descriptor_set*.binpb")):
-        for file in descriptor_pb2.FileDescriptorSet.FromString(path.read_bytes()).file:
-            if file.name not in seen:
-                seen.add(file.name)
-                pool.Add(file)
-    return pool
-
-
-def message_descriptor(full_name: str) -> Descriptor:
-    return _pool().FindMessageTypeByName(full_name)
 
 
 def tag(number: int, wire: int) -> bytes:

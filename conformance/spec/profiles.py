@@ -72,7 +72,7 @@ NOT_DRIVEN_CAP_1 = {f"CAP-1[{flag}]": na("lmrpc.v1's capability flag") for flag 
 LMRPC = Profile(
     "lmrpc",
     "lmrpc.v1",
-    {**{f"SMG-{i}": na(ENGINE_ONLY) for i in range(1, 6)}, **NOT_RUNTIME},
+    {**{f"SMG-{i}": na(ENGINE_ONLY) for i in range(1, 7)}, **NOT_RUNTIME},
 )
 
 # What both engine protocols share; each protocol's profile overrides some of it.
@@ -573,7 +573,7 @@ OPENAI = Profile(
         ),
         "AUTH-2": na("no admin calls"),
         "AUTH-3": na("no request ids"),
-        **{f"SMG-{i}": na(ENGINE_ONLY) for i in range(1, 6)},
+        **{f"SMG-{i}": na(ENGINE_ONLY) for i in range(1, 7)},
         **NOT_RUNTIME,
     },
     otherwise=na("not part of the OpenAI profile"),
@@ -583,7 +583,7 @@ SGLANG_RUNTIME = Profile(
     "sglang-runtime",
     "sglang.runtime.v1 (SGLang)",
     {
-        **{f"SMG-{i}": na("smg's engine protocols only (§14)") for i in range(1, 6)},
+        **{f"SMG-{i}": na("smg's engine protocols only (§14)") for i in range(1, 7)},
         "SVC-1": reads(
             "SglangService is served: Generate, Tokenize, GetModelInfo, GetServerInfo and GetLoad answer"
         ),

@@ -20,7 +20,8 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from rawwire import GENERATE, H2Call, frame, raw_call
 from streams import wait_idle
 
-from conformance.search.malformed import message_descriptor, named_faults, unknown_group
+from conformance.search.malformed import named_faults, unknown_group
+from conformance.spec.descriptors import message_descriptor
 from conformance.stream.wire import length_field
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import GenerateRequest, GenerateResponse, SamplingParams, StoppingCriteria, TokenIds

@@ -17,7 +17,8 @@ from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from rawwire import GENERATE, raw_call
 
-from conformance.search.malformed import Fault, message_descriptor, mutants, named_faults
+from conformance.search.malformed import Fault, mutants, named_faults
+from conformance.spec.descriptors import message_descriptor
 from lmrpc._gen.vllm.grpc import engine as vllm
 from lmrpc.v1 import (
     AbortRequest,

@@ -9,7 +9,8 @@ import pytest
 from grpclib import GRPCError, Status
 from grpclib.health.v1.health_pb2 import HealthCheckRequest
 
-from conformance.search.malformed import Fault, message_descriptor, mutants, named_faults, unknown_group
+from conformance.search.malformed import Fault, mutants, named_faults, unknown_group
+from conformance.spec.descriptors import message_descriptor
 from conformance.stream.wire import length_field, write_varint
 from lmrpc import descriptor_set_path
 from lmrpc.v1 import (

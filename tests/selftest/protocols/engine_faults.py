@@ -415,6 +415,60 @@ class TokenizerDigestWrong(EngineProxy):
             yield reply
 
 
+# ── KV-cache events (SMG-6) ──────────────────────────────────
+class KvBatchSkipped(EngineProxy):
+    """Every KV event batch after a subscription's first is numbered one past its place, as a
+    publisher that lost a batch under backpressure reports it: a gap the router cannot tell from a
+    lost store."""
+
+    async def upstream_stream(self, method: str, request: Any, deadline: Any) -> AsyncIterator[Any]:
+        first = True
+        async for reply in super().upstream_stream(method, request, deadline):
+            if method == "subscribe_kv_events" and not first:
+                reply.sequence_number += 1
+            first = False
+            yield reply
+
+
+class KvReplayIgnoresCursor(EngineProxy):
+    """A subscription's start_sequence_number is ignored: every subscriber gets the current state,
+    so a router that resumes after a reconnect sees the snapshot instead of what it missed."""
+
+    async def upstream_stream(self, method: str, request: Any, deadline: Any) -> AsyncIterator[Any]:
+        if method == "subscribe_kv_events":
+            request.start_sequence_number = 0
+        async for reply in super().upstream_stream(method, request, deadline):
+            yield reply
+
+
+class KvClearedDropped(EngineProxy):
+    """A flush is published as nothing: the cleared event is dropped (the router keeps routing the
+    flushed prefixes to this replica)."""
+
+    async def upstream_stream(self, method: str, request: Any, deadline: Any) -> AsyncIterator[Any]:
+        async for reply in super().upstream_stream(method, request, deadline):
+            if method == "subscribe_kv_events" and not reply.HasField("snapshot"):
+                kept = [e for e in reply.events if not e.HasField("cleared")]
+                del reply.events[:]
+                reply.events.extend(kept)
+            yield reply
+
+
+class KvBlocksReversed(EngineProxy):
+    """A stored event lists its blocks child first (the order of a cache walked from the leaf), so
+    the chain the router rebuilds from the list is upside down."""
+
+    async def upstream_stream(self, method: str, request: Any, deadline: Any) -> AsyncIterator[Any]:
+        async for reply in super().upstream_stream(method, request, deadline):
+            if method == "subscribe_kv_events":
+                for event in reply.events:
+                    if event.HasField("stored") and len(event.stored.blocks) > 1:
+                        blocks = list(reversed(event.stored.blocks))
+                        del event.stored.blocks[:]
+                        event.stored.blocks.extend(blocks)
+            yield reply
+
+
 class AnswersSglangHealth(EngineProxy):
     """The port also answers SGLang's HealthCheck OK, so smg (which probes SGLang first) takes it for
     an SGLang worker."""

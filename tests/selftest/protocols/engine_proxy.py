@@ -25,6 +25,7 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality, Handler
 from grpclib.server import Server, Stream
 
+from conformance.spec.descriptors import message_class
 from conformance.stream.live import RawMessage
 from lmrpc._gen.sglang.grpc import scheduler as sglang
 from lmrpc._gen.sglang.runtime import v1 as rt
@@ -129,12 +130,17 @@ class EngineProxy:
     async def upstream_stream(self, method: str, request: Any, deadline: Any) -> AsyncGenerator[Any]:
         path = self.path(method)
         handler = self.handlers[path]
+        reply_type, decode = handler.reply_type, None
+        if (
+            method == "subscribe_kv_events"
+        ):  # betterproto2 cannot decode KvEventBatch: protobuf's runtime does
+            reply_type, decode = RawMessage, message_class("smg.grpc.common.KvEventBatch").FromString
         async with self.channel.request(
-            path, Cardinality.UNARY_STREAM, handler.request_type, handler.reply_type, deadline=deadline
+            path, Cardinality.UNARY_STREAM, handler.request_type, reply_type, deadline=deadline
         ) as up:
             await up.send_message(request, end=True)
             async for reply in up:
-                yield reply
+                yield decode(reply.data) if decode is not None else reply
 
     def pin_seed(self, request: Any) -> Any:
         return request
@@ -181,7 +187,7 @@ class EngineProxy:
                     contextlib.aclosing(_closable(self.replies(method, up))) as out,
                 ):
                     async for reply in out:
-                        await stream.send_message(RawMessage(bytes(reply)))
+                        await stream.send_message(RawMessage(reply.SerializeToString()))
             except GRPCError as exc:
                 raise GRPCError(exc.status, exc.message) from None
 

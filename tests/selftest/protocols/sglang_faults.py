@@ -327,6 +327,16 @@ class CompleteRepeatsAll(f.CompleteRepeatsAll, SglangProxy):
     is_control = True
 
 
+class KvClearedDropped(f.KvClearedDropped, SglangProxy):
+    name = "sglang-kv-cleared-dropped"
+    expected = frozenset({"SMG-6[cleared]"})
+
+
+class KvBlocksReversed(f.KvBlocksReversed, SglangProxy):
+    name = "sglang-kv-blocks-reversed"
+    expected = frozenset({"SMG-6[stored]", "SMG-6[replay]", "SMG-6[cleared]"})
+
+
 SGLANG_MUTANTS: tuple[type[SglangProxy], ...] = (
     LastChunkLost,
     CumulativeIds,
@@ -352,4 +362,6 @@ SGLANG_MUTANTS: tuple[type[SglangProxy], ...] = (
     RequestIdNotEchoed,
     OneTokenChunks,
     CompleteRepeatsAll,
+    KvClearedDropped,
+    KvBlocksReversed,
 )

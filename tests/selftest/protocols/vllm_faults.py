@@ -301,6 +301,16 @@ class CompleteRepeatsAll(f.CompleteRepeatsAll, VllmProxy):
     is_control = True
 
 
+class KvBatchSkipped(f.KvBatchSkipped, VllmProxy):
+    name = "vllm-kv-batch-skipped"
+    expected = frozenset({"SMG-6[stored]", "SMG-6[replay]", "SMG-6[cleared]"})
+
+
+class KvReplayIgnoresCursor(f.KvReplayIgnoresCursor, VllmProxy):
+    name = "vllm-kv-replay-ignores-cursor"
+    expected = frozenset({"SMG-6[replay]"})
+
+
 VLLM_MUTANTS: tuple[type[VllmProxy], ...] = (
     LastChunkLost,
     CumulativeIds,
@@ -325,4 +335,6 @@ VLLM_MUTANTS: tuple[type[VllmProxy], ...] = (
     AnswersSglangHealth,
     OneTokenChunks,
     CompleteRepeatsAll,
+    KvBatchSkipped,
+    KvReplayIgnoresCursor,
 )
