@@ -16,12 +16,13 @@ from grpclib.reflection.v1 import reflection_pb2 as refl_v1_pb2
 from grpclib.reflection.v1alpha import reflection_grpc as refl_v1alpha
 from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
 
-from conformance.cases._helpers import abort, accepted, first_delta, ok, paused, resumed
+from conformance.cases._helpers import abort, accepted, applies_here, first_delta, ok, paused, resumed
 from conformance.harness.context import Ctx
-from conformance.harness.load import idle_load, load_counts, quiet_load
+from conformance.harness.load import idle_load, load_counts, quiet_load, released
 from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
+from conformance.stream.live import LiveStream
 from lmrpc import CONTRACT_REVISION
 from lmrpc.v1 import AbortRequest, GetLoadRequest, GetModelInfoRequest, GetServerInfoRequest, RequestIds
 
@@ -274,6 +275,66 @@ async def load_counts_open_stream(ctx: Ctx) -> None:
 # The gauges the Kubernetes inference gateway's endpoint picker reads by default, and what GetLoad
 # says they hold (LOAD-2).
 GATEWAY_GAUGES = ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc")
+
+
+GROUND_RUNNING, GROUND_WAITING = 2, 3  # LOAD-1[ground-truth]: requests generating, and waiting behind a pause
+
+
+@case("LOAD-1", tag="ground-truth", exclusive=True, sends=("scenario.load-while-waiting",))
+async def load_matches_ground_truth(ctx: Ctx) -> None:
+    """With two requests generating and, where the server pauses, three more waiting behind the
+    pause, GetLoad counts them apart (running 2, waiting 3, active 5) and reports at least the KV
+    tokens they generated; then it reads idle again."""
+    baseline = await idle_load(ctx)
+    if any(load_counts(baseline).values()):
+        raise CaseSkipped(f"the server never read idle ({load_counts(baseline)}): LOAD-1[idle]'s business")
+    running = [ctx.open(long_request(ctx)) for _ in range(GROUND_RUNNING)]
+    waiting: list[LiveStream] = []
+    pauses = ctx.info.has("admin") and applies_here(ctx, "LOAD-1[waiting]")  # it can hold one waiting
+    try:
+        for stream in running:
+            await first_delta(ctx, stream)
+        if pauses:
+            await paused(ctx)
+            waiting = [ctx.open(long_request(ctx)) for _ in range(GROUND_WAITING)]
+            for stream in waiting:
+                await accepted(ctx, stream)
+        want = {"running_sequences": len(running), "waiting_sequences": len(waiting)}
+        want["active_requests"] = len(running) + len(waiting)
+        # counted before GetLoad answers: the server holds at least these when it answers
+        generated = sum(len(o.token_ids) for s in running for o in s.record.outputs().values())
+        settled, load = await ctx.wait_for(
+            ctx.load, lambda lo: all(getattr(lo, k) == v for k, v in want.items()), ctx.budgets.release_s
+        )
+        what = f"{len(running)} generating" + (f", {len(waiting)} waiting behind a pause" if pauses else "")
+        for name, value in want.items():
+            ctx.check.equal(f"Load.{name} with {what}", value, getattr(load, name))
+        ctx.check.that(
+            load.kv_tokens_in_use >= generated - len(running),
+            f"Load.kv_tokens_in_use with {what}",
+            f">= {generated - len(running)} (the tokens they generated before that answer)",
+            load.kv_tokens_in_use,
+        )
+        if load.kv_tokens_total:
+            ctx.check.that(
+                load.kv_tokens_in_use <= load.kv_tokens_total,
+                "Load.kv_tokens_in_use",
+                f"<= kv_tokens_total {load.kv_tokens_total}",
+                load.kv_tokens_in_use,
+            )
+        if not settled:
+            ctx.note(f"GetLoad never read {want} within {ctx.budgets.release_s:.0f}s")
+    finally:
+        if pauses:
+            await resumed(ctx)
+        streams = [*running, *waiting]
+        await abort(ctx, *(s.record.request_id for s in streams))
+        for stream in streams:
+            await stream.finish(ctx.budgets.release_s)
+    idle, load = await released(ctx, baseline)
+    ctx.check.that(
+        idle, "GetLoad after every request ended", f"idle ({load_counts(baseline)})", load_counts(load)
+    )
 
 
 @case("LOAD-2", exclusive=True, sends=("scenario.metrics-while-busy",))

@@ -64,6 +64,31 @@ class LoadNeverIdle(UnaryMutant):
         return reply
 
 
+class LoadWaitingAsRunning(UnaryMutant):
+    name = "load-waiting-as-running"
+    fault = "GetLoad counts the requests waiting behind a pause as running"
+    expected = frozenset({"LOAD-1[ground-truth]"})
+    method = "get_load"
+
+    def edit(self, reply: Any) -> Any:
+        if reply.current is not None:
+            reply.current.running_sequences += reply.current.waiting_sequences
+            reply.current.waiting_sequences = 0
+        return reply
+
+
+class KvInUseUnreported(UnaryMutant):
+    name = "kv-in-use-unreported"
+    fault = "GetLoad reports kv_tokens_in_use 0 whatever runs (unknown read as empty)"
+    expected = frozenset({"LOAD-1[ground-truth]"})
+    method = "get_load"
+
+    def edit(self, reply: Any) -> Any:
+        if reply.current is not None:
+            reply.current.kv_tokens_in_use = 0
+        return reply
+
+
 class EmbedNotNormalized(UnaryMutant):
     name = "embed-not-normalized"
     fault = "embeddings are not L2-normalized (scaled by 2)"
@@ -218,6 +243,8 @@ UNARY_MUTANTS: tuple[type[Mutant], ...] = (
     ContractRevisionWrong,
     StopStringsUnadvertised,
     LoadNeverIdle,
+    LoadWaitingAsRunning,
+    KvInUseUnreported,
     EmbedNotNormalized,
     TokenizeAddsBos,
     UnknownAbortFails,

@@ -461,6 +461,22 @@ class LoadNeverIdle(RuntimeProxy):
         return reply
 
 
+class LoadTokensUnreported(RuntimeProxy):
+    """GetLoad says no KV token is in use whatever runs (an unknown count read as 0)."""
+
+    name = "runtime-load-tokens-unreported"
+    expected = frozenset({"LOAD-1[ground-truth]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await self.forward(method, request)
+        if method == "get_load":
+            ranks = json.loads(reply.json_info)
+            for rank in ranks:
+                rank["num_used_tokens"] = 0
+            reply.json_info = json.dumps(ranks)
+        return reply
+
+
 class PauseIgnored(RuntimeProxy):
     """PauseGeneration answers and pauses nothing."""
 
@@ -530,6 +546,7 @@ RUNTIME_MUTANTS: tuple[type[RuntimeProxy], ...] = (
     AbortMissesOutputs,
     AbortAsStop,
     LoadNeverIdle,
+    LoadTokensUnreported,
     PauseIgnored,
     MetaInOtherOrder,
     LastIdsInFinished,

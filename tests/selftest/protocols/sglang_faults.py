@@ -250,6 +250,7 @@ class LoadsHideRunning(f.LoadsHideRunning, SglangProxy):
     expected = frozenset(
         {
             "LOAD-1[active]",
+            "LOAD-1[ground-truth]",
             "SMG-3[abort]",
             "SMG-3[cancel]",
         }

@@ -236,6 +236,7 @@ class LoadsHideRunning(f.LoadsHideRunning, VllmProxy):
     expected = frozenset(
         {
             "LOAD-1[active]",
+            "LOAD-1[ground-truth]",
             "SMG-3[abort]",
             "SMG-3[cancel]",
         }
