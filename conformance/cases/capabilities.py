@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from grpclib.const import Status
+from hypothesis import strategies as st
 
 from conformance.cases._helpers import (
     NO_SUCH_PATH,
@@ -21,6 +23,7 @@ from conformance.harness.context import Ctx, RpcOutcome
 from conformance.harness.load import idle_load
 from conformance.harness.outcome import CaseSkipped, Mismatch
 from conformance.harness.requests import long_request, request
+from conformance.harness.target import TargetInfo
 from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import PROMPTS, prompt_texts
 from conformance.spec.registry import case
@@ -46,6 +49,7 @@ from lmrpc.v1 import (
 )
 
 Mutate = Callable[[GenerateRequest], None]
+T = TypeVar("T")
 
 
 def _input(**member: object) -> Mutate:
@@ -361,3 +365,104 @@ async def waiting_limit(ctx: Ctx) -> None:
     finally:  # all at once: with an Abort(all) that misses some, one release budget, not one each
         await abort_all(ctx)
         await asyncio.gather(*(stream.finish(ctx.budgets.release_s) for stream in streams))
+
+
+# ── every advertised feature at its edge, in combination ───────────────────────
+@dataclass(frozen=True, slots=True)
+class Edges:
+    """Advertised features a request uses, each at the edge of its advertised limit."""
+
+    n: int | None = None  # max_outputs
+    top_logprobs: int | None = None  # max_top_logprobs, with return_logprobs
+    stop_strings: int = 0  # max_stop_strings, the last one max_stop_string_bytes long
+    stop_token_ids: tuple[int, ...] = ()
+    sampling: tuple[tuple[str, float], ...] = ()  # a truncation or penalty option at its range's end
+    seed: int | None = None
+    final_only: bool = False
+    chat: bool = False
+
+    def used(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name) not in (None, 0, (), False)]
+
+
+def advertised_edges(info: TargetInfo) -> st.SearchStrategy[Edges]:
+    """Subsets of what the server advertises, each feature at the edge of its advertised limit."""
+    caps = info.caps
+
+    def maybe(strategy: st.SearchStrategy[T], enabled: bool, off: T) -> st.SearchStrategy[T]:
+        return st.one_of(st.just(off), strategy) if enabled else st.just(off)
+
+    extremes = []
+    if info.has("truncation_sampling"):
+        extremes += [(("top_p", 1.0),), (("top_k", 1.0),), (("min_p", 1.0),)]
+    if info.has("penalties"):
+        extremes += [
+            (("frequency_penalty", 2.0),),
+            (("presence_penalty", -2.0),),
+            (("repetition_penalty", 10.0),),
+        ]
+    return st.builds(
+        Edges,
+        n=maybe(st.just(caps.max_outputs), caps.max_outputs > 1, None),
+        top_logprobs=maybe(st.just(caps.max_top_logprobs), info.has("logprobs"), None),
+        stop_strings=maybe(st.just(caps.max_stop_strings), info.has("stop_strings"), 0),
+        stop_token_ids=maybe(st.just(tuple(info.eos_ids[:1]) or (0,)), info.has("stop_token_ids"), ()),
+        sampling=maybe(st.sampled_from(extremes) if extremes else st.just(()), bool(extremes), ()),
+        seed=maybe(st.just(2**63 - 1), info.has("seeded_sampling"), None),
+        final_only=maybe(st.just(True), info.has("final_only"), False),
+        chat=maybe(st.just(True), info.has("chat_input"), False),
+    )
+
+
+def edge_request(ctx: Ctx, edges: Edges) -> GenerateRequest:
+    limit = ctx.info.server.limits.max_stop_string_bytes if ctx.info.server.limits else 0
+    stops = [f"\u2603{i}\u2603" for i in range(edges.stop_strings)]
+    if stops and limit:
+        stops[-1] = "\u2603" * (limit // 3) + "#" * (limit % 3)  # exactly the longest one accepted
+    sampling = SamplingParams(n=edges.n, seed=edges.seed, temperature=0.7 if edges.seed is not None else None)
+    for name, value in edges.sampling:
+        setattr(sampling, name, int(value) if name == "top_k" else value)
+    req = GenerateRequest(
+        request_id=ctx.uid("edges"),
+        sampling=sampling,
+        stopping=StoppingCriteria(
+            max_tokens=3, stop_strings=stops, stop_token_ids=list(edges.stop_token_ids)
+        ),
+        response=ResponseOptions(
+            return_logprobs=edges.top_logprobs is not None,
+            top_logprobs=edges.top_logprobs or 0,
+            final_only=edges.final_only,
+        ),
+    )
+    if edges.chat:
+        req.chat = ChatInput(messages=[ChatMessage("user", "Hello")])
+    else:
+        req.text = "Hello"
+    return req
+
+
+@case("CAP-2", tag="combined")
+async def advertised_edges_together(ctx: Ctx) -> None:
+    """Every combination of advertised features, each at its advertised limit (n = max_outputs,
+    top_logprobs = max_top_logprobs, max_stop_strings stop strings and the longest one allowed, a
+    sampling option at its range's end, ...), is accepted and honoured: what discovery advertises is
+    what Generate accepts, also together."""
+
+    async def body(edges: Edges) -> list[Mismatch]:
+        record = await ctx.generate(edge_request(ctx, edges))
+        what = f"Generate with {edges.used() or 'nothing'} at their limits"
+        if not (record.ended_ok and record.error is None):
+            return [Mismatch(what, "accepted, status OK", status_of(record))]
+        mismatches = []
+        indices = list(record.outputs())
+        if indices != list(range(edges.n or 1)):
+            mismatches.append(Mismatch(f"{what}: outputs", f"indices 0..{(edges.n or 1) - 1}", f"{indices}"))
+        if edges.top_logprobs is not None:
+            sizes = [len(lp.top) for v in record.outputs().values() for lp in v.logprobs]
+            if not sizes or any(size != edges.top_logprobs for size in sizes):
+                mismatches.append(
+                    Mismatch(f"{what}: TokenLogprob.top sizes", f"all {edges.top_logprobs}", f"{sizes}")
+                )
+        return mismatches
+
+    raise_outcome(ctx, await search(ctx, advertised_edges(ctx.info), body))

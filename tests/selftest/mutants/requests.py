@@ -4,6 +4,8 @@ send")."""
 
 from __future__ import annotations
 
+from grpclib import GRPCError, Status
+
 from lmrpc.v1 import GenerateRequest, ResponseOptions
 
 from .base import Mutant
@@ -141,6 +143,19 @@ class StopStringsBeforeMinTokens(RequestRewrite):
             request.stopping.min_tokens = None
 
 
+class LogprobsWithNRefused(Mutant):
+    name = "logprobs-with-n-refused"
+    fault = "n > 1 together with return_logprobs is refused, though both are advertised (each alone works)"
+    expected = frozenset({"CAP-2[combined]"})
+    triggered_by = frozenset({"generate.return_logprobs"})  # the property cases that drew both fail too
+
+    def rewrite_request(self, request: GenerateRequest) -> GenerateRequest:
+        n = request.sampling.n if request.sampling is not None else None
+        if (n or 1) > 1 and request.response is not None and request.response.return_logprobs:
+            raise GRPCError(Status.INVALID_ARGUMENT, "return_logprobs is not supported with n > 1")
+        return request
+
+
 REQUEST_MUTANTS: tuple[type[Mutant], ...] = (
     StopStringsBeforeMinTokens,
     GenerationPromptIgnored,
@@ -153,4 +168,5 @@ REQUEST_MUTANTS: tuple[type[Mutant], ...] = (
     ChatSpecialTokensParsed,
     TopLogprobsImpliesReturn,
     SkipSpecialDefaultFalse,
+    LogprobsWithNRefused,
 )
