@@ -172,6 +172,12 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
         help="begins the server's shutdown, as SIGTERM does (e.g. 'kill -TERM $(cat server.pid)'): LIFE-1[drain] "
         "checks health, refusals and the streams in flight while it drains. Runs last: the server is gone after it",
     )
+    parser.add_argument(
+        "--otlp-listen",
+        metavar="HOST:PORT",
+        help="receive the server's OTLP/HTTP spans here (point its exporter at http://HOST:PORT/v1/traces): "
+        "TRACE-1 checks that a call's spans continue the caller's W3C traceparent (skipped without it)",
+    )
     tls = parser.add_argument_group("TLS")
     tls.add_argument("--tls", action="store_true", help="connect with TLS instead of plaintext HTTP/2")
     tls.add_argument("--tls-ca", metavar="FILE", help="CA bundle to verify the server with")

@@ -153,6 +153,12 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         default=None,
         help="serve Prometheus metrics over HTTP on this port (on --host)",
     )
+    parser.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="export a span of every Generate call from the frontend and the scheduler to this OTLP/HTTP "
+        "traces endpoint (e.g. http://127.0.0.1:4318/v1/traces), continuing the caller's W3C traceparent",
+    )
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
@@ -199,6 +205,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
             sglang_port=args.sglang_port,
             sglang_runtime_port=args.sglang_runtime_port,
             metrics_port=args.metrics_port,
+            otlp_endpoint=args.otlp_endpoint,
         )
     except ValueError as exc:
         parser.error(str(exc))

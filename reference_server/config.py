@@ -139,6 +139,7 @@ class ServerConfig:
     sglang_port: int | None = None  # serve sglang.grpc.scheduler.SglangScheduler here (0: a free one)
     sglang_runtime_port: int | None = None  # serve sglang.runtime.v1.SglangService here (0: a free one)
     metrics_port: int | None = None  # Prometheus metrics over HTTP on this port (0: a free one)
+    otlp_endpoint: str | None = None  # export OTLP/HTTP spans of each request there (TRACE-1)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

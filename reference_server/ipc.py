@@ -107,6 +107,7 @@ class SubmitRequest(msgspec.Struct, frozen=True, tag="submit"):
     top_logprobs: int | None  # None: no logprobs; k >= 0: logprobs with k candidates
     detokenize: DetokenizeConfig
     token_credit: int = 0  # tokens its outputs may produce in all before a GrantTokens; 0: no limit
+    trace_parent: str = ""  # W3C traceparent of the frontend's span of the call, when tracing (TRACE-1)
 
 
 class AbortRequests(msgspec.Struct, frozen=True, tag="abort"):

@@ -28,4 +28,5 @@ from conformance.cases import engines  # noqa: F401
 from conformance.cases import kv_events  # noqa: F401
 from conformance.cases import sglang_runtime  # noqa: F401
 from conformance.cases import lifecycle  # noqa: F401
+from conformance.cases import tracing  # noqa: F401
 from conformance.cases import openai  # noqa: F401

@@ -23,6 +23,7 @@ from conformance.drivers import Promises
 from conformance.drivers.detect import DetectionError
 from conformance.drivers.openai.target import HttpOptions, HttpTarget
 from conformance.harness.connect import AnyEndpoint, connect, parse_endpoint, protocol_of, wait_until_ready
+from conformance.harness.otlp import SpanReceiver
 from conformance.harness.outcome import CaseResult, Verdict
 from conformance.harness.runner import Progress, run_all
 from conformance.harness.session import Budgets, ServerAccess, Session, Tuning
@@ -236,6 +237,15 @@ async def execute(
         report.results = _not_run(cases, done, report.aborted)
         return
     session = Session(wire, budgets, tuning, seed=seed, profile=profile, access=access or ServerAccess())
+    if session.access.otlp_listen:
+        session.spans = SpanReceiver()
+        try:
+            await session.spans.start(session.access.otlp_listen)
+        except OSError as exc:
+            report.aborted = f"--otlp-listen {session.access.otlp_listen}: {exc}"
+            report.results = _not_run(cases, done, report.aborted)
+            await session.aclose()
+            return
     report.protocol = session.protocol
     report.settings["protocol"] = how
     server = wire.info.server
@@ -279,6 +289,7 @@ def _access(args: argparse.Namespace, recorded: Mapping[str, Any] | None = None)
         metrics_url=pick("metrics_url"),
         restart_hook=pick("restart_hook"),
         drain_hook=pick("drain_hook"),
+        otlp_listen=pick("otlp_listen"),
     )
 
 
@@ -334,6 +345,7 @@ async def run(args: argparse.Namespace) -> int:
             "metrics_url": args.metrics_url,
             "restart_hook": args.restart_hook,
             "drain_hook": args.drain_hook,
+            "otlp_listen": args.otlp_listen,
         },
     )
     console = Console(highlight=False)

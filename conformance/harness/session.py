@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.drivers.openai.target import HttpTarget
+from conformance.harness.otlp import SpanReceiver
 from conformance.harness.target import Target, TargetInfo
 
 
@@ -106,6 +107,7 @@ class ServerAccess:
     metrics_url: str | None = None  # --metrics-url: the server's Prometheus endpoint (LOAD-2)
     restart_hook: str | None = None  # --restart-hook: a shell command that restarts the server (SVC-4)
     drain_hook: str | None = None  # --drain-hook: a shell command that begins its shutdown (LIFE-1)
+    otlp_listen: str | None = None  # --otlp-listen: where the harness receives the server's spans (TRACE-1)
 
 
 @dataclass(slots=True)
@@ -116,6 +118,7 @@ class Session:
     seed: int | None = None  # hypothesis seed for the explore profile (0 is a seed); ci is derandomized
     profile: str = "conformance-ci"
     access: ServerAccess = ServerAccess()
+    spans: SpanReceiver | None = None  # receiving at access.otlp_listen for the whole run
     run_token: str = field(default_factory=lambda: secrets.token_hex(3))
     _memo: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _ids: int = 0
@@ -159,6 +162,8 @@ class Session:
     async def aclose(self) -> None:
         for task in self._memo.values():
             task.cancel()
+        if self.spans is not None:
+            await self.spans.close()
         if isinstance(self.wire, HttpTarget):
             await self.wire.aclose()
         else:

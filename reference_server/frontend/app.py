@@ -52,6 +52,7 @@ from reference_server.frontend.requests import FlowHooks, RequestTable
 from reference_server.frontend.workers import WorkerSet
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import load_tokenizer
+from reference_server.tracing import start_tracing
 
 log = logging.getLogger("lmrpc.frontend")
 
@@ -93,6 +94,7 @@ class Frontend:
         self.kv_events = KvEventHub()
         self.workers = self._worker_set()
         self.ctx = FrontendContext(config, self.table, self.workers.link)
+        self.ctx.tracing = start_tracing("lmrpc-reference-frontend", config.otlp_endpoint)
         inference, control = InferenceService(self.ctx), ControlService(self.ctx)
         self.control = control
         backend = Backend(
@@ -218,6 +220,8 @@ class Frontend:
     async def close(self) -> None:
         if self._recovery is not None:
             self._recovery.cancel()
+        if self.ctx.tracing is not None:
+            await asyncio.to_thread(self.ctx.tracing.shutdown)
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.stop)
         if self.port:

@@ -18,6 +18,7 @@ from reference_server.frontend.engine_link import EngineLink
 from reference_server.frontend.requests import RequestTable
 from reference_server.ipc import EngineInfo
 from reference_server.models.tokenizer import TokenizerBundle
+from reference_server.tracing import Tracing
 
 SERVER_NAME = "lmrpc-reference"
 INITIAL_WEIGHTS = "initial"  # the weights the workers loaded at start (a restart loads them again)
@@ -57,6 +58,7 @@ class FrontendContext:
     started_at: float = field(default_factory=time.monotonic)
     started_at_unix: float = field(default_factory=time.time)  # the same instant, for clocks across hosts
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set when no request is in flight
+    tracing: Tracing | None = None  # --otlp-endpoint: spans of the calls it serves (TRACE-1)
 
     def __post_init__(self) -> None:
         self.health.set(False)

@@ -64,18 +64,29 @@ class InferenceService(StreamingDiscipline, InferenceServiceBase):
             ) from None
         call.on_stall = lambda: self._stall(state)
         self.ctx.idle.clear()
+        tracing, trace_parent = self.ctx.tracing, call.traceparent
+        if tracing is not None:
+            attributes = {"lmrpc.request_id": request_id, "lmrpc.num_outputs": plan.num_outputs}
+            trace_parent = tracing.start(state.rid, call.method.lstrip("/"), call.traceparent, 1, attributes)
         try:
-            async for response in self._run(message, plan, state, engine):
+            async for response in self._run(message, plan, state, engine, trace_parent):
                 yield response
         finally:
             if state.submitted and not state.complete:
                 self.ctx.link.abort([state.rid])  # client cancel or deadline (CANCEL-1, CANCEL-2)
+            if tracing is not None:
+                tracing.end(state.rid, **{"lmrpc.completed": state.complete})
             table.unregister(state)
             if not len(table):
                 self.ctx.idle.set()
 
     async def _run(
-        self, message: GenerateRequest, plan: GeneratePlan, state: RequestState, engine: Engine
+        self,
+        message: GenerateRequest,
+        plan: GeneratePlan,
+        state: RequestState,
+        engine: Engine,
+        trace_parent: str,
     ) -> AsyncIterator[GenerateResponse]:
         prompt_ids = await asyncio.to_thread(_tokenize, message, plan, engine)
         stopping = stopping_for_prompt(plan, prompt_ids, self.ctx.config.limits, engine.info)
@@ -89,6 +100,7 @@ class InferenceService(StreamingDiscipline, InferenceServiceBase):
                 top_logprobs=plan.top_logprobs,
                 detokenize=plan.detokenize,
                 token_credit=state.granted,
+                trace_parent=trace_parent,
             )
         )
         stream = StreamAssembler(

@@ -17,6 +17,7 @@ from reference_server.models.loader import CheckpointMismatchError
 from reference_server.models.source import ModelNotFoundError, resolve_model
 from reference_server.scheduler.engine_factory import create_engine
 from reference_server.scheduler.profiler import ProfilerStateError, SchedulerProfiler
+from reference_server.tracing import Tracing, start_tracing
 from reference_server.worker_io import WorkerSockets, run_worker
 
 log = logging.getLogger("lmrpc.scheduler")
@@ -28,7 +29,12 @@ def run_scheduler(config: ServerConfig, addresses: IpcAddresses) -> None:
     def serve(sockets: WorkerSockets) -> None:
         engine = create_engine(config.engine)
         sockets.to_frontend.send(ipc.encode(ipc.Ready("scheduler", engine.info())))
-        SchedulerLoop(engine, sockets.inbox, sockets.to_peer, sockets.to_frontend).run()
+        tracing = start_tracing("lmrpc-reference-scheduler", config.otlp_endpoint)
+        try:
+            SchedulerLoop(engine, sockets.inbox, sockets.to_peer, sockets.to_frontend, tracing).run()
+        finally:
+            if tracing is not None:
+                tracing.shutdown()
 
     run_worker(
         "scheduler", config.log_level,
@@ -43,8 +49,10 @@ class SchedulerLoop:
         inbox: zmq.Socket[bytes],
         to_detokenizer: zmq.Socket[bytes],
         to_frontend: zmq.Socket[bytes],
+        tracing: Tracing | None = None,
     ) -> None:
         self.engine = engine
+        self.tracing = tracing  # spans of the requests in flight (TRACE-1)
         self.inbox = inbox
         self.to_detokenizer = to_detokenizer
         self.to_frontend = to_frontend
@@ -131,8 +139,15 @@ class SchedulerLoop:
             return
         register = ipc.RegisterRequest(request.rid, request.num_outputs, request.detokenize)
         self.to_detokenizer.send(ipc.encode(register))
+        if self.tracing is not None:
+            attributes = {"lmrpc.rid": request.rid, "lmrpc.prompt_tokens": len(request.prompt_ids)}
+            self.tracing.start(
+                request.rid, "scheduler request", request.trace_parent, request.num_outputs, attributes
+            )
 
     def _fail_request(self, rid: str, message: str) -> None:
+        if self.tracing is not None:
+            self.tracing.end(rid, **{"lmrpc.failure": message})
         self.to_frontend.send(ipc.encode(ipc.RequestFailed(rid, "scheduler", message)))
 
     def _embed(self, message: ipc.EmbedTexts) -> ipc.EmbedReply:
@@ -196,6 +211,10 @@ class SchedulerLoop:
     def _send_outputs(self, outputs: list[ipc.SequenceOutput]) -> None:
         if outputs:
             self.to_detokenizer.send(ipc.encode(ipc.StepOutputs(outputs)))
+        if self.tracing is not None:
+            for output in outputs:
+                if output.finish is not None:
+                    self.tracing.output_finished(output.rid)
 
     def _send_kv_events(self) -> None:
         events = self.engine.drain_kv_events()

@@ -151,6 +151,10 @@ def _wrong_refusal_code() -> None:
     auth.Credentials.authenticate = authenticate  # type: ignore[method-assign]
 
 
+def _trace_not_continued() -> None:
+    guard.valid_traceparent = lambda value: ""  # type: ignore[assignment]  # every call starts a new trace
+
+
 EDGE_MUTANTS = (
     EdgeMutant("lax-decoding", "requests parsed by betterproto2 alone", frozenset({"MALFORMED-1[*]", "MALFORMED-2"}), _lax_decoding),
     EdgeMutant("first-message-only", "a unary call's extra or missing message goes unnoticed", frozenset({"MALFORMED-4[two-messages]", "MALFORMED-4[no-message]"}), _first_message_only),
@@ -162,6 +166,7 @@ EDGE_MUTANTS = (
     EdgeMutant("no-roles", "every principal may use administrative RPCs", frozenset({"AUTH-2"}), _no_roles),
     EdgeMutant("shared-ids", "requests are not owned: one principal aborts another's", frozenset({"AUTH-3", "AUTH-3[in-flight-id]"}), _shared_ids),
     EdgeMutant("gateway-gauges-swapped", "vllm:num_requests_waiting and _running are swapped", frozenset({"LOAD-2"}), _gateway_gauges_swapped),
+    EdgeMutant("trace-not-continued", "the caller's traceparent is dropped: every call starts a new trace", frozenset({"TRACE-1"}), _trace_not_continued),
     EdgeMutant("global-ids", "an id in flight for one principal is ALREADY_EXISTS for another", frozenset({"AUTH-3", "AUTH-3[in-flight-id]"}), _global_ids),
 )  # fmt: skip
 BY_NAME = {m.name: m for m in EDGE_MUTANTS}

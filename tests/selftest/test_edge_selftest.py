@@ -24,7 +24,7 @@ from .test_selftest import expand
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = Path(os.environ.get("LMRPC_SELFTEST_REPORTS", "reports/selftest")) / "edge"
 CLIENT_TOKEN, ADMIN_TOKEN = "edge-client-token", "edge-admin-token"
-EDGE_CASES = ("MALFORMED-*", "FLOW-*", "AUTH-*", "LOAD-2")  # LOAD-2: the server's own metrics endpoint
+EDGE_CASES = ("MALFORMED-*", "FLOW-*", "AUTH-*", "LOAD-2", "TRACE-1*")  # the server's own metrics and spans
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -38,13 +38,14 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def run_against(name: str, tokens: Path) -> Outcome:
     """Start the reference server (``name="reference"``) or an edge mutant, run the edge cases."""
-    metrics_port = free_port()
+    metrics_port, otlp_port = free_port(), free_port()
     server = ServerProcess(
         engine="fake",
         launcher=("-m", "tests.selftest.edge_mutants", name),
         args=(
             *("--max-parked-tokens", "16", "--stall-timeout", "3", "--auth", str(tokens)),
             *("--metrics-port", str(metrics_port)),
+            *("--otlp-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces"),
         ),
         env={"PYTHONPATH": str(ROOT)},
     ).start()
@@ -52,8 +53,9 @@ def run_against(name: str, tokens: Path) -> Outcome:
         selection = [arg for glob in EDGE_CASES for arg in ("--run", glob)]
         credentials = ("--token", CLIENT_TOKEN, "--admin-token", ADMIN_TOKEN)
         metrics = ("--metrics-url", f"http://127.0.0.1:{metrics_port}/metrics")
+        spans = ("--otlp-listen", f"127.0.0.1:{otlp_port}")
         return run_harness(
-            server.target, REPORTS, name, time_scale=1.0, extra=(*selection, *credentials, *metrics)
+            server.target, REPORTS, name, time_scale=1.0, extra=(*selection, *credentials, *metrics, *spans)
         )
     finally:
         server.stop()

@@ -20,6 +20,7 @@ class Call:
     # Set by a handler whose work continues while the client does not read (Generate): called
     # once when a response has waited ``stall_timeout_s`` for the client (FLOW-2).
     on_stall: Callable[[], None] | None = None
+    traceparent: str = ""  # the caller's W3C trace context, if it sent a valid one (TRACE-1)
 
 
 _CURRENT: ContextVar[Call | None] = ContextVar("lmrpc_call", default=None)

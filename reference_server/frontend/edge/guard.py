@@ -30,6 +30,7 @@ from reference_server.frontend.edge.framing import (
     read_message,
     read_single_message,
 )
+from reference_server.tracing import valid_traceparent
 
 _T = TypeVar("_T")
 
@@ -62,6 +63,8 @@ class EdgeGuard:
     def _guard(self, path: str, handler: Handler) -> Handler:
         async def serve(stream: Stream[Any, Any]) -> None:
             call = Call(method=path, principal=self._authorize(path, stream))
+            sent = stream.metadata.get("traceparent", "") if stream.metadata is not None else ""
+            call.traceparent = valid_traceparent(str(sent))
             enter_call(call)
             if handler.cardinality.client_streaming:
                 requests = _RequestStream(self, protocol_stream(stream), handler.request_type)
