@@ -1,6 +1,7 @@
 """What the case library covers: every input class the contract speaks of is sent by some case, and
 every MUST sentence of a checkable clause is made observable by some case (``conformance list
---coverage``).
+--coverage``), by two where a second case can see its fault another way (``SEEN_ONCE_BECAUSE`` says
+why one case is enough for the others).
 
 Input classes are predicates over the requests a case sends. A case declares the classes it sends
 (``@case(..., sends=...)``); the self-test checks each declaration against the case's transcript on
@@ -267,20 +268,21 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "REQ-3.1": ("REQ-3",),
     "REQ-3.2": ("REQ-3", "REQ-3[reuse-after-finish]", "ABORT-1[finished-then-reused]"),
     "REQ-4.1": ("REQ-4[*]", "ERR-1[generated]"),  # [id-128-bytes]: the accepted boundary
-    "REQ-5.1": ("REQ-5[*]",),
-    "REQ-6.1": ("REQ-6[max_tokens=window]",),
+    "REQ-5.1": ("REQ-5[*]", "ERR-1[generated]"),
+    "REQ-6.1": ("REQ-6[max_tokens=window]", "REQ-6[one-over]"),
     "REQ-6.2": ("REQ-6[max_tokens=window]", "REQ-6[one-over]"),
     "REQ-6.3": ("REQ-6[exact-fit]", "REQ-6[one-over]"),
     "REQ-6.4": ("REQ-6[default-lowered]", "REQ-6[prompt=window]"),
     "REQ-7.1": ("REQ-7",),
     "REQ-7.2": ("REQ-7[waits-for-capacity]",),
-    "REQ-8.1": ("REQ-8[chat-content]",),
+    # [parse_special_tokens]: parsing adds one token only where the default left the content text
+    "REQ-8.1": ("REQ-8[chat-content]", "REQ-8[parse_special_tokens]"),
     "REQ-8.2": ("REQ-8[text]",),
     "REQ-8.3": ("REQ-8[parse_special_tokens]",),
     "REQ-8.4": ("REQ-8[*]",),
     "SAMPLE-1.1": ("SAMPLE-1[defaults]", "SAMPLE-1[max_tokens-default]"),
-    "SAMPLE-1.2": ("SAMPLE-1[temperature=0]",),
-    "SAMPLE-1.3": ("SAMPLE-1[n-absent]",),
+    "SAMPLE-1.2": ("SAMPLE-1[temperature=0]", "SAMPLE-2[n]"),
+    "SAMPLE-1.3": ("SAMPLE-1[n-absent]", "STREAM-1"),  # STREAM-1: num_outputs 1 for pooled requests without n
     "SAMPLE-2.1": ("SAMPLE-2", "SAMPLE-2[n]"),
     "SAMPLE-3.1": ("SAMPLE-3",),
     "SAMPLE-3.2": ("SAMPLE-3[per-output]",),
@@ -289,14 +291,14 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "SAMPLE-5.1": ("SAMPLE-5[*]", "ERR-1[generated]", "CAP-5[max_stop_string_bytes]"),
     "SAMPLE-7.1": ("SAMPLE-7",),
     "SAMPLE-8.1": ("SAMPLE-8[*]", "SAMPLE-1[max_tokens-default]", "STREAM-2", "STREAM-4"),
-    "STREAM-1.1": ("STREAM-1",),
-    "STREAM-1.2": ("STREAM-1",),
-    "STREAM-2.1": ("STREAM-2",),
+    "STREAM-1.1": ("STREAM-1", "REQ-6[exact-fit]"),  # [exact-fit]: the first message only
+    "STREAM-1.2": ("STREAM-1", "SAMPLE-1[n-absent]"),
+    "STREAM-2.1": ("STREAM-2", "USAGE-5"),  # USAGE-5: repeated ids outnumber completion_tokens
     "STREAM-2.2": ("STREAM-2", "USAGE-5"),
-    "STREAM-3.1": ("STREAM-3",),
+    "STREAM-3.1": ("STREAM-3", "N-1[*]"),  # N-1: an index outside [0, n)
     "STREAM-4.1": ("STREAM-4", "STOP-1[stop-string]", "STOP-6[inside-token]", "STOP-7[*]"),
-    "STREAM-4.2": ("STREAM-4",),
-    "STREAM-4.3": ("STREAM-4",),
+    "STREAM-4.2": ("STREAM-4", "STREAM-5[every-byte]"),
+    "STREAM-4.3": ("STREAM-4", "STOP-2[incomplete-end]"),
     "STREAM-5.1": ("STREAM-5", "STREAM-5[multibyte]"),
     "STREAM-5.2": ("STREAM-5", "STREAM-5[multibyte]"),
     "STREAM-5.3": ("STREAM-5", "STREAM-5[multibyte]"),
@@ -306,23 +308,23 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "STREAM-7.3": ("STREAM-7",),
     "STREAM-8.1": ("STREAM-8",),
     "STREAM-8.2": ("STREAM-8[greedy]", "STREAM-8[seeded]"),
-    "STREAM-10.1": ("STREAM-10",),
+    "STREAM-10.1": ("STREAM-10", "STREAM-7"),  # STREAM-7: one logprob per token with return_token_ids=false
     "STREAM-10.2": ("STREAM-10", "TOK-1"),
     "STREAM-11.1": ("STREAM-11",),
     "FINISH-1.1": ("FINISH-1", "FINISH-1[stateful]", "N-1[*]"),
     "FINISH-1.2": ("FINISH-1", "FINISH-1[stateful]"),
-    "FINISH-2.1": ("FINISH-2",),
-    "FINISH-3.1": ("FINISH-3",),
-    "FINISH-3.2": ("FINISH-3",),
-    "FINISH-4.1": ("FINISH-4",),
+    "FINISH-2.1": ("FINISH-2", "ABORT-2[*]"),
+    "FINISH-3.1": ("FINISH-3", "FINISH-1[stateful]"),  # the machine runs FINISH-3's validator
+    "FINISH-3.2": ("FINISH-3", "FINISH-1[stateful]"),
+    "FINISH-4.1": ("FINISH-4", "ABORT-2[*]"),
     "FINISH-5.1": ("FINISH-5", "STOP-2*", "STOP-3", "STOP-4[eos]"),
-    "FINISH-5.2": ("FINISH-5[stop-token-is-eos]",),
+    "FINISH-5.2": ("FINISH-5[stop-token-is-eos]", "FINISH-5"),  # FINISH-5: the pool's stop token eos_ids[:1]
     "FINISH-6.1": ("FINISH-6",),
     "FINISH-6.2": ("FINISH-6", "FINISH-6[ignore_eos]"),
     "FINISH-6.3": ("FINISH-6[stop-at-max-tokens]",),
-    "FINISH-7.1": ("FINISH-7",),
+    "FINISH-7.1": ("FINISH-7", "CANCEL-2[deadline]"),
     "FINISH-7.2": ("FINISH-7", "CANCEL-2[deadline]"),
-    "USAGE-1.1": ("USAGE-1",),
+    "USAGE-1.1": ("USAGE-1", "ABORT-2[*]", "FLOW-2"),  # ABORT-2, FLOW-2: Usage on the terminal message
     "USAGE-2.1": ("USAGE-2", "USAGE-2[tokenize]"),
     "USAGE-2.2": ("USAGE-2[tokenize]", "N-2"),
     "USAGE-3.1": ("USAGE-3", "USAGE-3[stateful]"),
@@ -331,21 +333,21 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "USAGE-6.1": ("USAGE-6[*]",),
     "USAGE-7.1": ("USAGE-7[after-flush]",),
     "STOP-1.1": ("STOP-1[stop-string]", "STOP-1[stop-token]", "STOP-4[eos]", "STREAM-4"),
-    "STOP-1.2": ("STOP-1[include]",),
+    "STOP-1.2": ("STOP-1[include]", "STOP-6[inside-token]", "STREAM-4"),
     "STOP-1.3": ("STOP-1[stop-token]", "STOP-6[inside-token]"),
     "STOP-2.1": ("STOP-2", "STOP-2[later-entry]"),
-    "STOP-2.2": ("STOP-2[before-min-tokens]",),
+    "STOP-2.2": ("STOP-2[before-min-tokens]", "STREAM-4"),  # STREAM-4: the pool's min_tokens
     "STOP-2.3": ("STOP-2[incomplete-end]",),
-    "STOP-3.1": ("STOP-3",),
-    "STOP-4.1": ("STOP-4[eos]",),
-    "STOP-4.2": ("STOP-4[ignore_eos]",),
+    "STOP-3.1": ("STOP-3", "STOP-1[stop-token]"),
+    "STOP-4.1": ("STOP-4[eos]", "STOP-7[eos]"),
+    "STOP-4.2": ("STOP-4[ignore_eos]", "FINISH-6"),  # FINISH-6: ignore_eos outputs end LENGTH at max_tokens
     "STOP-5.1": ("STOP-5", "STOP-5[no-max-tokens]", "STOP-5[default]"),
     "STOP-5.2": ("STOP-5", "STOP-2[before-min-tokens]"),
-    "STOP-6.1": ("STOP-6[inside-token]",),
+    "STOP-6.1": ("STOP-6[inside-token]", "STREAM-4"),
     "STOP-6.2": ("STOP-6[inside-token]",),
     "STOP-7.1": ("STOP-7[*]", "STOP-1[stop-token]"),
     "N-1.1": ("N-1", "N-1[*]"),
-    "N-2.1": ("N-2",),
+    "N-2.1": ("N-2", "USAGE-2[tokenize]", "USAGE-3"),
     "ABORT-1.1": ("ABORT-1[unknown]", "ABORT-1[finished]", "ABORT-1[twice]", "ABORT-1[twice-while-ending]"),
     "ABORT-1.2": ("ABORT-1[duplicate-ids]", "ABORT-1[mixed]"),
     "ABORT-1.3": ("ABORT-1[finished]", "ABORT-1[finished-then-reused]"),
@@ -356,15 +358,15 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "ABORT-5.1": ("ABORT-5", "ABORT-5[waiting]"),
     "ABORT-7.1": ("ABORT-7[*]",),
     "CANCEL-1.1": ("CANCEL-1[*]",),
-    "CANCEL-2.1": ("CANCEL-2[deadline]",),
+    "CANCEL-2.1": ("CANCEL-2[deadline]", "ABORT-3[stateful]"),  # the machine's deadlines, released
     "CANCEL-2.2": ("CANCEL-2[deadline]",),
     "CANCEL-3.1": ("CANCEL-3", "CANCEL-3[shared-prefix]"),
     "ERR-1.1": ("ERR-1[*]", "SAMPLE-5[*]", "REQ-1[*]"),
-    "ERR-2.1": ("ERR-2",),
+    "ERR-2.1": ("ERR-2", "FLOW-2"),
     "ERR-2.2": ("ERR-2", "FINISH-7"),
-    "ERR-3.1": ("ERR-3",),
+    "ERR-3.1": ("ERR-3", "MALFORMED-1[*]"),  # MALFORMED-1: the field, not the value
     "ERR-4.1": ("ERR-4[*]",),
-    "ERR-5.1": ("ERR-5",),
+    "ERR-5.1": ("ERR-5", "MALFORMED-3"),
     "MALFORMED-1.1": ("MALFORMED-1[*]",),
     "MALFORMED-2.1": ("MALFORMED-2",),
     "MALFORMED-3.1": ("MALFORMED-3",),
@@ -441,4 +443,58 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "SRT-3.2": ("SRT-3", "SRT-4[abort_all]"),
     "SRT-4.1": ("SRT-4[rid]", "SRT-4[abort_all]", "ABORT-5"),
     "SRT-4.2": ("SRT-4[rid]",),
+}
+
+# MUST sentences one case observes on purpose: why a second case would only repeat the first. Every
+# other sentence seen by one case still needs a second one that sees its fault another way.
+SEEN_ONCE_BECAUSE: dict[str, str] = {
+    "SVC-1.1": "which services a server serves is one fact; SVC-1 calls every mandatory RPC of both, "
+    "and a second case would call the same RPCs again",
+    "SVC-3.1": "one deterministic answer, ServerInfo.contract_revision; a second case would read the "
+    "same field again",
+    "SVC-4.3": "instance_id changes only across a restart, which the harness can cause only through "
+    "--restart-hook, run once per run by SVC-4[restart]",
+    "REQ-1.1": "a request with no input member is the only way to break it on the wire (protobuf keeps "
+    "the last of two oneof members); REQ-1[no-input] sends it, and a second case would send the same "
+    "request",
+    "REQ-8.2": "one tokenizer rule for text input; REQ-8[text] tokenizes a text holding a special-token "
+    "string and finds the token in Tokenize's ids and in Generate's prompt ids, and a second case "
+    "would tokenize the same string again",
+    "CAP-3.1": "two static answers, GetServerInfo and GetModelInfo, fetched once per run; CAP-3 checks "
+    "every relation the sentence lists, and a second case would read the same fields again",
+    "LOAD-1.3": "one scene (N requests generating, M held behind a pause, nothing else in flight) that "
+    "LOAD-1[ground-truth] builds with N=2 and M=3 (M=0 where the server cannot pause) and reads in all "
+    "four fields; a second case would build the same scene",
+    "MODELS-1.1": "ListModels answers one static list; MODELS-1 checks its ids and kinds, and a second "
+    "case would read the same list again",
+    "MODELS-1.2": "ListModels answers one static list; MODELS-1 checks its generation entry against "
+    "GetModelInfo, and a second case would read the same list again",
+    "MODELS-1.3": "ListModels answers one static list; MODELS-1 checks its embedding entry against "
+    "Capabilities.embed and EmbeddingModelInfo, and a second case would read the same list again",
+    "MODELS-1.4": "ListModels answers one static list; MODELS-1 checks the base_model_id of every entry, "
+    "and a second case would read the same list again",
+    "SCORE-1.4": "the sentence names three invalid inputs (an empty query, no items, an empty item); "
+    "SCORE-1[invalid] sends each and checks the code and the field named, and a second case would "
+    "send the same three",
+    "SCORE-2.3": "the sentence names four invalid inputs (top_n = 0, an empty query, no documents, an "
+    "empty document); SCORE-2[invalid] sends each and checks the code and the field named, and a "
+    "second case would send the same four",
+    "ADMIN-1.2": "two fixed misuses, a second StartProfile while recording and a StopProfile with "
+    "nothing recording; ADMIN-1 sends both, and a second case would send the same two calls",
+    "ADMIN-2.3": "the refusals a harness can cause on any host are a path that does not exist and one "
+    "that holds no model (/dev/null), both sent by ADMIN-2[refused]; a model of another shape needs "
+    "a checkpoint the harness does not have",
+    "LIFE-1.1": "only a shutdown begun by --drain-hook shows it, and the server is gone afterwards: a "
+    "run drains it once, in LIFE-1[drain] (SMG-5[drain] runs the same body on the engine protocols)",
+    "FLOW-2.1": "it takes a client that reads nothing for a whole stall timeout; FLOW-2 stalls one that "
+    "reads afterwards beside one that never does (FLOW-2.2), and a second case would stall a client "
+    "the same way",
+    "FLOW-2.2": "it takes a client that reads nothing for two stall timeouts; FLOW-2 stalls one beside "
+    "one that reads after the first (FLOW-2.1), and a second case would stall a client the same way",
+    "SMG-1.1": "GetTokenizer streams one static zip; SMG-1 reads it whole and checks its chunks and "
+    "digest, and a second case would download the same bytes (SMG-2[eos] reads only its EOS ids)",
+    "SMG-1.2": "GetTokenizer streams one static zip; SMG-1 checks its entries and loads its "
+    "tokenizer.json, and a second case would open the same archive again",
+    "SMG-2.2": "two static lists, GetModelInfo.eos_token_ids and the bundle's end-of-sequence ids; "
+    "SMG-2[eos] compares them, and a second case would compare the same lists again",
 }
