@@ -43,7 +43,8 @@ def run_against(name: str, tokens: Path) -> Outcome:
         engine="fake",
         launcher=("-m", "tests.selftest.edge_mutants", name),
         args=(
-            *("--max-parked-tokens", "16", "--stall-timeout", "3", "--auth", str(tokens)),
+            # a stall timeout that FLOW-1's wait fits at a busy machine's rate (it waits 1.5 x its bound)
+            *("--max-parked-tokens", "16", "--stall-timeout", "5", "--auth", str(tokens)),
             *("--metrics-port", str(metrics_port)),
             *("--otlp-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces"),
         ),
