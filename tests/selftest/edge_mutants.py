@@ -11,7 +11,7 @@ one of its parts is replaced; nothing of the fault lives in ``reference_server``
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,16 +169,21 @@ EDGE_MUTANTS = (
     EdgeMutant("trace-not-continued", "the caller's traceparent is dropped: every call starts a new trace", frozenset({"TRACE-1"}), _trace_not_continued),
     EdgeMutant("global-ids", "an id in flight for one principal is ALREADY_EXISTS for another", frozenset({"AUTH-3", "AUTH-3[in-flight-id]"}), _global_ids),
 )  # fmt: skip
-BY_NAME = {m.name: m for m in EDGE_MUTANTS}
 
 
-def main() -> None:
-    name, args = sys.argv[1], sys.argv[2:]
+def serve_mutant(apply: Mapping[str, Callable[[], None]], argv: list[str]) -> None:
+    """``MUTANT [server options...]``: the reference server (``reference``) or, with its one part
+    replaced first, the mutant of ``apply`` so named."""
+    name, args = argv[0], argv[1:]
     if name != "reference":
-        BY_NAME[name].apply()
+        apply[name]()
     from reference_server.cli import main as serve
 
     serve(args)
+
+
+def main() -> None:
+    serve_mutant({m.name: m.apply for m in EDGE_MUTANTS}, sys.argv[1:])
 
 
 if __name__ == "__main__":

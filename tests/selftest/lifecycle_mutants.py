@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from lmrpc.v1 import ServerInfo
 from reference_server.frontend import app, context
 
+from .edge_mutants import serve_mutant
+
 
 @dataclass(frozen=True)
 class LifecycleMutant:
@@ -102,16 +104,10 @@ LIFECYCLE_MUTANTS = (
     LifecycleMutant("engine-healthy-while-draining", "the engine HealthCheck says healthy while draining", frozenset({"SMG-5[drain]"}), _engine_healthy_while_draining, "vllm-engine"),
     LifecycleMutant("start-time-per-call", "sglang start_time is the time of the call", frozenset({"SVC-4", "SVC-4[restart]"}), _start_time_per_call, "sglang-scheduler"),
 )  # fmt: skip
-BY_NAME = {m.name: m for m in LIFECYCLE_MUTANTS}
 
 
 def main() -> None:
-    name, args = sys.argv[1], sys.argv[2:]
-    if name != "reference":
-        BY_NAME[name].apply()
-    from reference_server.cli import main as serve
-
-    serve(args)
+    serve_mutant({m.name: m.apply for m in LIFECYCLE_MUTANTS}, sys.argv[1:])
 
 
 if __name__ == "__main__":
