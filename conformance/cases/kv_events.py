@@ -277,21 +277,25 @@ async def replay_from_a_cursor(ctx: Ctx) -> None:
         await second.close()
 
 
+def _cleared(batches: list[KvEventBatch]) -> bool:
+    return any(e.HasField("cleared") for b in batches for e in b.events)
+
+
 @case("SMG-6", tag="cleared", exclusive=True, sends=("admin.flush",))
 async def flush_is_cleared(ctx: Ctx) -> None:
     """FlushCache on a cache that holds a prompt is followed by a cleared event (else the router
-    keeps sending that prefix to a replica that lost it)."""
+    keeps sending that prefix to a replica that lost it), and a router that reconnects from a cursor
+    before the flush is replayed that event too (or refused OUT_OF_RANGE)."""
     subscription = await subscribed(ctx)
     try:
         await prefilled(ctx, subscription, "SubscribeKvEvents")
-        flushed_after = len(subscription.batches)
+        flushed_after, cursor = len(subscription.batches), subscription.last_sequence
         await ctx.call(ctx.control.flush_cache, FlushCacheRequest())
-
-        def cleared() -> bool:
-            return any(e.HasField("cleared") for b in subscription.batches[flushed_after:] for e in b.events)
-
+        seen = await subscription.until(
+            lambda: _cleared(subscription.batches[flushed_after:]), ctx.budgets.release_s
+        )
         ctx.check.that(
-            await subscription.until(cleared, ctx.budgets.release_s),
+            seen,
             "SubscribeKvEvents after FlushCache",
             "a cleared event",
             f"{len(subscription.batches) - flushed_after} batches, none cleared",
@@ -299,3 +303,19 @@ async def flush_is_cleared(ctx: Ctx) -> None:
         check_numbering(ctx, subscription, "SubscribeKvEvents")
     finally:
         await subscription.close()
+    if not seen or cursor <= 0:
+        return
+    replay = KvSubscription(ctx, cursor)
+    try:
+        replayed = await replay.until(lambda: _cleared(replay.batches), ctx.budgets.release_s)
+        if replay.error is not None and replay.error.status is Status.OUT_OF_RANGE:
+            ctx.note(f"the replay from {cursor} was refused OUT_OF_RANGE: the server keeps no history")
+            return
+        ctx.check.that(
+            replayed,
+            f"SubscribeKvEvents from {cursor}, the last batch before the flush",
+            "the cleared event again",
+            f"{len(replay.batches)} batches, none cleared",
+        )
+    finally:
+        await replay.close()

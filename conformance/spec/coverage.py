@@ -433,7 +433,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "SMG-6.2": ("SMG-6[*]",),
     "SMG-6.3": ("SMG-6[stored]", "SMG-6[replay]", "SMG-6[cleared]"),
     "SMG-6.4": ("SMG-6[stored]", "SMG-6[cleared]"),
-    "SMG-6.5": ("SMG-6[replay]",),
+    "SMG-6.5": ("SMG-6[replay]", "SMG-6[cleared]"),
     # SGLang's native service, through its driver
     "SRT-1.1": ("SRT-1[ids]", "SRT-1[text]"),
     "SRT-1.2": ("SRT-1[ids]", "SRT-1[text]"),

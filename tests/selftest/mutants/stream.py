@@ -289,7 +289,7 @@ class UnspecifiedReason(Mutant):
 class HangMidStream(Mutant):
     name = "hang-mid-stream"
     fault = "a final_only request with n >= 4 stalls after its first output finishes"
-    expected = frozenset({"FINISH-3"})
+    expected = frozenset({"CAP-2[combined]", "FINISH-3"})
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         final_only = call.request.response is not None and call.request.response.final_only
@@ -302,7 +302,7 @@ class HangMidStream(Mutant):
 class CrashMidStream(Mutant):
     name = "crash-mid-stream"
     fault = "a request with top_logprobs > 5 dies with INTERNAL after its second message"
-    expected = frozenset({"ERR-2", "CAP-2[max_top_logprobs]"})
+    expected = frozenset({"CAP-2[combined]", "ERR-2", "CAP-2[max_top_logprobs]"})
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         logprobs = call.request.response is not None and call.request.response.top_logprobs > 5
@@ -317,7 +317,7 @@ class CrashMidStream(Mutant):
 class LogprobsDropped(Mutant):
     name = "logprobs-dropped"
     fault = "return_logprobs is accepted but no TokenLogprob is sent"
-    expected = frozenset({"STREAM-7", "CAP-2[max_top_logprobs]"})
+    expected = frozenset({"CAP-2[combined]", "STREAM-7", "CAP-2[max_top_logprobs]"})
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         async for event in events:
