@@ -1,5 +1,6 @@
 """The wire-boundary cases (MALFORMED-*, FLOW-*, AUTH-*) against the reference server with
-authentication on (must pass) and against each edge mutant (must fail exactly its declared cases).
+authentication on (must pass) and against each edge mutant (must fail exactly its declared cases;
+in the default zoo scope it runs only those, tests/zoo_scope.py).
 
 These cases cannot run through the zoo's proxy: a proxy re-frames every message and reads eagerly,
 so it hides exactly what they check. Their mutants are real servers with one part replaced
@@ -13,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from zoo_scope import scope_args
 
 from reference_server.smg_gateway import free_port
 from reference_server.testing import ServerProcess
@@ -36,8 +38,9 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield path
 
 
-def run_against(name: str, tokens: Path) -> Outcome:
-    """Start the reference server (``name="reference"``) or an edge mutant, run the edge cases."""
+def run_against(name: str, tokens: Path, declared: frozenset[str] = frozenset()) -> Outcome:
+    """Start the reference server (``name="reference"``) or an edge mutant, run the edge cases (in the
+    default zoo scope, a mutant runs only its ``declared`` cases: tests/zoo_scope.py)."""
     metrics_port, otlp_port = free_port(), free_port()
     server = ServerProcess(
         engine="fake",
@@ -51,7 +54,9 @@ def run_against(name: str, tokens: Path) -> Outcome:
         env={"PYTHONPATH": str(ROOT)},
     ).start()
     try:
-        selection = [arg for glob in EDGE_CASES for arg in ("--run", glob)]
+        selection = scope_args(expand(declared), REPORTS, name) or tuple(
+            arg for glob in EDGE_CASES for arg in ("--run", glob)
+        )
         credentials = ("--token", CLIENT_TOKEN, "--admin-token", ADMIN_TOKEN)
         metrics = ("--metrics-url", f"http://127.0.0.1:{metrics_port}/metrics")
         spans = ("--otlp-listen", f"127.0.0.1:{otlp_port}")
@@ -66,9 +71,10 @@ def test_edge_cases_pass_on_the_reference_and_catch_each_edge_mutant(
     tokens: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
-    names = ["reference", *(m.name for m in EDGE_MUTANTS)]
+    runs = {"reference": frozenset[str](), **{m.name: m.expected for m in EDGE_MUTANTS}}
     with ThreadPoolExecutor(2) as pool:
-        outcomes = dict(zip(names, pool.map(lambda n: run_against(n, tokens), names), strict=True))
+        done = pool.map(lambda name: run_against(name, tokens, runs[name]), runs)
+        outcomes = dict(zip(runs, done, strict=True))
     reference = outcomes["reference"]
     ran = {c["id"] for c in reference.report.get("cases", []) if c["verdict"] == "PASS"}  # type: ignore[union-attr]
     problems = [] if not reference.failing else [f"reference: failing {sorted(reference.failing)}"]
