@@ -6,8 +6,7 @@ and tolerated), so every run proves that each declared case still sees its fault
 
 ``full`` (``LMRPC_SELFTEST_ZOO=full``): every mutant runs every case, which also proves that it
 fails nothing it does not declare. That is the whole matrix (about 40 minutes of both cores on this
-machine kind); run it after adding a case or a mutant, before the change lands, and whenever a
-declared list is in doubt.
+machine kind); run it for a new mutant, and whenever a declared list is in doubt.
 
 ``LMRPC_SELFTEST_ZOO_CASES="GLOB GLOB"`` (declared scope only) adds those cases to every mutant's run:
 a new case's column of the matrix, so its author sees which mutants it catches beyond the one it was

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from grpclib.const import Status
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
 from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok, outputs_tokens
 from conformance.harness.context import Ctx
@@ -28,7 +30,8 @@ NOT_A_MODEL = "/dev/null"  # a path every POSIX host has, that holds no model
 
 @case("LIFE-3", tag="pause", requires=("admin",), exclusive=True, sends=("admin.pause",))
 async def pause_and_resume(ctx: Ctx) -> None:
-    """While paused, new requests are accepted and wait and open streams stall; resume continues both."""
+    """While paused, new requests are accepted and wait, open streams stall, and (lmrpc.v1) health stays
+    SERVING; resume continues both."""
     running = ctx.open(long_request(ctx))
     await first_delta(ctx, running)
     await ctx.call(ctx.control.pause_generation, PauseGenerationRequest())
@@ -37,6 +40,15 @@ async def pause_and_resume(ctx: Ctx) -> None:
         await asyncio.sleep(settle)  # tokens already on their way may still arrive
         load = await ctx.load()
         ctx.check.that(load.paused, "Load.paused after PauseGeneration", "true", load.paused)
+        if ctx.session.protocol == "lmrpc":  # paused, it still accepts requests: SERVING (HEALTH-1)
+            health = await HealthStub(ctx.session.target.channel).Check(
+                HealthCheckRequest(service=""), timeout=ctx.budgets.rpc_s
+            )
+            ctx.check.equal(
+                "Health.Check('') while paused with a stream stalled",
+                "SERVING",
+                HealthCheckResponse.ServingStatus.Name(health.status),
+            )
         before = len(running.events)
         waiting = ctx.open(request(ctx, "Hello", max_tokens=2))
         await asyncio.sleep(2 * settle)

@@ -4,14 +4,15 @@ AUTH-3 also need ``--admin-token`` (an admin is a second principal)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
+from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
-from conformance.cases._helpers import NO_SUCH_PATH, first_delta, ok
+from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
@@ -22,14 +23,23 @@ from lmrpc.v1 import (
     AbortStatus,
     AllRequests,
     ControlServiceStub,
+    DetokenizeRequest,
+    EmbedRequest,
     FinishReason,
     FlushCacheRequest,
     GetLoadRequest,
+    GetModelInfoRequest,
+    GetServerInfoRequest,
     InferenceServiceStub,
+    ListModelsRequest,
     PauseGenerationRequest,
     RequestIds,
+    RerankRequest,
     ResumeGenerationRequest,
+    ScoreRequest,
+    StartProfileRequest,
     StopProfileRequest,
+    TokenizeRequest,
     UpdateWeightsRequest,
 )
 
@@ -117,6 +127,96 @@ async def admin_rpcs_need_the_admin_role(ctx: Ctx) -> None:
             "OK",
             await _status(admin.resume_generation(ResumeGenerationRequest())),
         )
+
+
+def _every_rpc(ctx: Ctx, channel: Channel) -> list[tuple[str, Callable[[], Awaitable[object]]]]:
+    """One call of each unary RPC the server serves (the mandatory ones and those it advertises),
+    with a request that changes the server or reads from it when let through."""
+    control, inference = ControlServiceStub(channel), InferenceServiceStub(channel)
+    calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+        ("GetServerInfo", lambda: control.get_server_info(GetServerInfoRequest())),
+        ("GetModelInfo", lambda: control.get_model_info(GetModelInfoRequest())),
+        ("GetLoad", lambda: control.get_load(GetLoadRequest())),
+        ("Abort of all requests", lambda: control.abort(AbortRequest(all=AllRequests()))),
+    ]
+    Call = tuple[str, Callable[[], Awaitable[object]]]
+    served: dict[str, list[Call]] = {
+        "tokenize": [
+            ("Tokenize", lambda: control.tokenize(TokenizeRequest(text="Hello"))),
+            ("Detokenize", lambda: control.detokenize(DetokenizeRequest(token_ids=[1, 2]))),
+        ],
+        "admin": [
+            ("PauseGeneration", lambda: control.pause_generation(PauseGenerationRequest())),
+            ("FlushCache", lambda: control.flush_cache(FlushCacheRequest())),
+        ],
+        "list_models": [("ListModels", lambda: control.list_models(ListModelsRequest()))],
+        "embed": [("Embed", lambda: inference.embed(EmbedRequest(texts=["Hello"])))],
+        "score": [
+            ("Score", lambda: inference.score(ScoreRequest(query="sea", items=["boat"]))),
+            ("Rerank", lambda: inference.rerank(RerankRequest(query="sea", documents=["boat"]))),
+        ],
+        "profiler": [("StartProfile", lambda: control.start_profile(StartProfileRequest()))],
+        "weight_updates": [
+            ("UpdateWeights", lambda: control.update_weights(UpdateWeightsRequest(model_path=NO_SUCH_PATH)))
+        ],
+    }
+    for capability, more in served.items():
+        if ctx.info.has(capability):
+            calls.extend(more)
+    return calls
+
+
+@case("AUTH-1", tag="every-rpc", requires=("authentication",), exclusive=True)
+async def every_rpc_needs_credentials(ctx: Ctx) -> None:
+    """Each RPC the server serves, called without credentials while a request streams, is
+    UNAUTHENTICATED and changes nothing: the stream goes on (no pause, no abort) and nothing new is
+    in flight."""
+    _tokens(ctx, admin=False)
+    running = ctx.open(long_request(ctx))
+    await first_delta(ctx, running)
+    stranger = ctx.session.target.fresh_channel(token=None)
+    try:
+        for label, call in _every_rpc(ctx, stranger):
+            ctx.check.equal(f"{label} without credentials", "UNAUTHENTICATED", await _status(call()))
+        generate = InferenceServiceStub(stranger).generate(request(ctx, max_tokens=1))
+        ctx.check.equal("Generate without credentials", "UNAUTHENTICATED", await _status(_drain(generate)))
+        await _still_streaming(ctx, running, "a request in flight after those calls")
+        load = await ctx.load()
+        ctx.check.that(
+            not load.paused, "Load.paused after a PauseGeneration without credentials", "false", load.paused
+        )
+        ctx.check.equal("requests in flight (the one stream)", 1, load.active_requests)
+    finally:
+        await abort(ctx, running.record.request_id)
+    await running.finish(ctx.budgets.release_s)
+
+
+@case("AUTH-2", tag="in-flight", requires=("authentication", "admin"), exclusive=True)
+async def a_client_cannot_stop_others(ctx: Ctx) -> None:
+    """A client's PauseGeneration, FlushCache and Abort of all requests, while an admin's request
+    streams, are PERMISSION_DENIED and have no effect: the admin's request streams on, unpaused and
+    not aborted, until the admin ends it."""
+    _tokens(ctx, admin=True)
+    admin_channel = ctx.session.target.admin_channel
+    assert admin_channel is not None
+    theirs = ctx.open(long_request(ctx), channel=admin_channel)
+    await first_delta(ctx, theirs)
+    client = ctx.session.target.control
+    try:
+        for label, call in (
+            ("PauseGeneration", lambda: client.pause_generation(PauseGenerationRequest())),
+            ("Abort of all requests", lambda: client.abort(AbortRequest(all=AllRequests()))),
+            ("FlushCache", lambda: client.flush_cache(FlushCacheRequest())),
+        ):
+            ctx.check.equal(
+                f"{label} with the client token", Status.PERMISSION_DENIED.name, await _status(call())
+            )
+            await _still_streaming(ctx, theirs, f"an admin's request after a client's {label}")
+    finally:
+        await ctx.session.target.admin.abort(
+            AbortRequest(request_ids=RequestIds(ids=[theirs.record.request_id])), timeout=ctx.budgets.rpc_s
+        )
+    await theirs.finish(ctx.budgets.release_s)
 
 
 @case("AUTH-3", requires=("authentication",), budget=2.0, exclusive=True)  # ends with an Abort of all
@@ -210,12 +310,14 @@ async def ids_in_flight_are_per_principal(ctx: Ctx) -> None:
     await theirs.finish(ctx.budgets.release_s)
 
 
-async def _still_streaming(ctx: Ctx, stream: LiveStream) -> None:
+async def _still_streaming(
+    ctx: Ctx, stream: LiveStream, what: str = "the admin's request after a client aborted its id"
+) -> None:
     seen = len(stream.events)
     await stream.read_until(lambda e, seen=seen: e.seq >= seen, ctx.budgets.prompt_s)  # type: ignore[misc]
     ctx.check.that(
         len(stream.events) > seen and stream.record.error is None and not stream.done.is_set(),
-        "the admin's request after a client aborted its id",
+        what,
         "still streaming",
         stream.record.summary(),
     )

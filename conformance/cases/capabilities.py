@@ -28,6 +28,8 @@ from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import PROMPTS, prompt_texts
 from conformance.spec.registry import case
 from conformance.stream.record import End
+from conformance.validators import validate
+from conformance.validators.base import Facts
 from lmrpc.v1 import (
     AbortRequest,
     AbortStatus,
@@ -446,7 +448,8 @@ async def advertised_edges_together(ctx: Ctx) -> None:
     """Every combination of advertised features, each at its advertised limit (n = max_outputs,
     top_logprobs = max_top_logprobs, max_stop_strings stop strings and the longest one allowed, a
     sampling option at its range's end, ...), is accepted and honoured: what discovery advertises is
-    what Generate accepts, also together."""
+    what Generate accepts, also together. Its streams also keep STREAM-7 (one logprob per token, none
+    unasked) and USAGE-4 (no more cached tokens than prompt tokens)."""
 
     async def body(edges: Edges) -> list[Mismatch]:
         record = await ctx.generate(edge_request(ctx, edges))
@@ -463,6 +466,9 @@ async def advertised_edges_together(ctx: Ctx) -> None:
                 mismatches.append(
                     Mismatch(f"{what}: TokenLogprob.top sizes", f"all {edges.top_logprobs}", f"{sizes}")
                 )
+        # one logprob per token, and none unasked (STREAM-7); no more cached than prompt tokens (USAGE-4)
+        for found in validate(record, Facts(ctx.info), ("STREAM-7", "USAGE-4")):
+            mismatches.append(Mismatch(f"{what}: {found.what}", found.want, found.got))
         return mismatches
 
     raise_outcome(ctx, await search(ctx, advertised_edges(ctx.info), body))

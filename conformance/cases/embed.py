@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import dataclass
 
 from grpclib.const import Status
+from hypothesis import strategies as st
 
 from conformance.cases._helpers import abort
 from conformance.harness.context import Ctx
+from conformance.harness.outcome import Mismatch
+from conformance.search.property import raise_outcome, search
+from conformance.search.strategies import prompt_texts
 from conformance.spec.registry import case
 from lmrpc.v1 import EmbedRequest
+
+NORM_TOLERANCE = 1e-3  # EMBED-2: the L2 norm within this of 1
+SAME_TEXT_TOLERANCE = 1e-5  # EMBED-2: the same text's vectors within this of each other
 
 
 @case("EMBED-1", requires=("embed",), sends=("embed.texts>1",))
@@ -61,6 +69,74 @@ async def embeddings_normalized(ctx: Ctx) -> None:
         "the same vector (max diff <= 1e-5)",
         _max_diff(hello, again),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    texts: tuple[str, ...]
+    named: bool  # the request carries a request_id (else the server assigns one)
+
+
+def batches() -> st.SearchStrategy[Batch]:
+    texts = st.lists(prompt_texts(), min_size=1, max_size=4).map(tuple)
+    return st.builds(Batch, texts, st.booleans())
+
+
+@case("EMBED-1", tag="batches", requires=("embed",), sends=("embed.texts>1", "embed.request_id=empty"))
+async def embedding_batches(ctx: Ctx) -> None:
+    """Generated batches of texts, repeats included: each embedding has the model's dimensions, is
+    L2-normalized and is its own text's vector (nearest to the vector that text gets alone among the
+    batch's texts, and equal to the vector of the same text elsewhere in the batch); the reply carries
+    the request's id, or a server-assigned one when it had none."""
+    dims = ctx.info.embedding.dimensions if ctx.info.embedding else None
+    alone: dict[str, list[float]] = {}
+
+    async def body(batch: Batch) -> list[Mismatch]:
+        rid = ctx.uid("embed") if batch.named else ""
+        reply = await ctx.call(ctx.inference.embed, EmbedRequest(request_id=rid, texts=list(batch.texts)))
+        what = f"Embed of {len(batch.texts)} texts {list(batch.texts)!r}"
+        found = _id_mismatches(what, rid, reply.request_id)
+        vectors = [list(e.values) for e in reply.embeddings]
+        if len(vectors) != len(batch.texts):
+            return [*found, Mismatch(f"{what}: embeddings", str(len(batch.texts)), str(len(vectors)))]
+        for text in batch.texts:
+            if text not in alone:
+                alone[text] = await _embed_one(ctx, text)
+        distinct = list(dict.fromkeys(batch.texts))
+        first: dict[str, list[float]] = {}
+        for i, (text, values) in enumerate(zip(batch.texts, vectors, strict=True)):
+            where = f"{what}: embedding {i}"
+            if len(values) != dims:
+                found.append(Mismatch(f"{where}: values", str(dims), str(len(values))))
+                continue
+            norm = math.sqrt(sum(v * v for v in values))
+            if abs(norm - 1) > NORM_TOLERANCE:
+                found.append(Mismatch(f"{where}: L2 norm", f"1 +- {NORM_TOLERANCE}", f"{norm:.6g}"))
+            nearest = distinct[_nearest(values, [alone[t] for t in distinct])]
+            if nearest != text:
+                found.append(
+                    Mismatch(f"{where}: the text whose own vector it is nearest", repr(text), repr(nearest))
+                )
+            if text in first and _max_diff(values, first[text]) > SAME_TEXT_TOLERANCE:
+                diff = _max_diff(values, first[text])
+                found.append(
+                    Mismatch(
+                        f"{where}: {text!r} again in the batch", "the same vector", f"max diff {diff:.3g}"
+                    )
+                )
+            first.setdefault(text, values)
+        return found
+
+    explicit = [Batch(("Hello", "日本語", "Hello"), named=True), Batch(("conformance", "Hi"), named=False)]
+    raise_outcome(ctx, await search(ctx, batches(), body, explicit=explicit))
+
+
+def _id_mismatches(what: str, sent: str, answered: str) -> list[Mismatch]:
+    if sent and answered != sent:
+        return [Mismatch(f"{what}: EmbedResponse.request_id", sent, answered)]
+    if not sent and not answered:
+        return [Mismatch(f"{what}: EmbedResponse.request_id for an empty one", "non-empty", "''")]
+    return []
 
 
 @case(

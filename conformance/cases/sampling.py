@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 
+from hypothesis import strategies as st
+
 from conformance.cases._helpers import ok, outputs_tokens
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import Mismatch
 from conformance.harness.requests import request
 from conformance.search.pool import copy_request
 from conformance.search.property import raise_outcome, search
-from conformance.search.strategies import deterministic_requests
+from conformance.search.strategies import deterministic_requests, prompt_texts
 from conformance.spec.registry import case
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria
 
@@ -151,6 +153,46 @@ async def output_streams_per_index(ctx: Ctx) -> None:
     )
     two, three = (outputs_tokens(ok(ctx, r)) for r in runs)
     ctx.check.equal("outputs 0 and 1 of n=3 vs n=2 (same seed)", two, three[:2])
+
+
+@case("SAMPLE-3", tag="first-of-n", requires=("seeded_sampling", "max_outputs>=2"), sends=("generate.seed",))
+async def first_output_is_the_single_one(ctx: Ctx) -> None:
+    """Generated prompts, seeds and n: output 0 of an n>1 request samples what the n=1 request with
+    the same seed samples, since both draw from the stream of (seed, 0)."""
+    largest = min(ctx.info.caps.max_outputs, 4)
+    drawn = st.tuples(prompt_texts(), st.integers(0, 2**31 - 1), st.integers(2, largest))
+
+    async def body(drawn: tuple[str, int, int]) -> list[Mismatch]:
+        text, seed, n = drawn
+        runs = await asyncio.gather(
+            *(
+                ctx.generate(
+                    request(ctx, text, temperature=1.0, seed=seed, n=k, max_tokens=ctx.tuning.max_tokens)
+                )
+                for k in (1, n)
+            )
+        )
+        if not all(r.ended_ok and r.error is None for r in runs):
+            return [
+                Mismatch(
+                    f"{text!r} with seed {seed}, n=1 and n={n}",
+                    "status OK",
+                    "/".join(r.summary() for r in runs),
+                )
+            ]
+        single, several = (outputs_tokens(r) for r in runs)
+        if several[:1] != single:
+            return [
+                Mismatch(
+                    f"{text!r} with seed {seed}: output 0 of n={n} vs n=1", repr(single), repr(several[:1])
+                )
+            ]
+        return []
+
+    explicit = [("Once upon a time", 7, largest)]
+    raise_outcome(
+        ctx, await search(ctx, drawn, body, examples=max(2, ctx.tuning.examples // 2), explicit=explicit)
+    )
 
 
 @case("SAMPLE-4", tag="picked", requires=("seeded_sampling",))

@@ -93,7 +93,9 @@ _final_only_equal("seeded")
 
 @case("STREAM-5", tag="multibyte", requires=("tokenize",))
 async def multibyte_text(ctx: Ctx) -> None:
-    """Prompts in scripts with multi-byte characters: every text delta is well-formed UTF-8."""
+    """Prompts in scripts with multi-byte characters: every text delta is well-formed UTF-8, and no delta
+    holds back more than an incomplete character (or the longest end of the text that could begin a
+    stop string)."""
     prompts = [
         "日本語で長い文章を書いてください。",
         "🙂🚀🎉 emoji story:",
@@ -120,6 +122,8 @@ async def multibyte_text(ctx: Ctx) -> None:
     )
     for record in records:
         ctx.check.extend(validate(ok(ctx, record), await gather_facts(ctx, record), ["STREAM-5"]))
+        # holding whole characters back is the fault multi-byte text invites (STREAM-11)
+        ctx.check.extend((await holdback_mismatches(ctx, record, []))[0])
 
 
 def _every_utf8_byte() -> list[str]:
@@ -216,6 +220,33 @@ def _needless_holdback(text_so_far: str, tokens_text: str, stops: list[str]) -> 
     return kept
 
 
+async def holdback_mismatches(ctx: Ctx, record: StreamRecord, stops: list[str]) -> tuple[list[Mismatch], int]:
+    """STREAM-11 on one stream whose request left skip_special_tokens unset (true, SAMPLE-8): after each
+    delta but the last (which may end at a stop match that cuts the text), the output's text is all its
+    tokens' text but an incomplete character or a stop-string prefix. Returns the mismatches (one per
+    output at most) and how many deltas were looked at."""
+    found: list[Mismatch] = []
+    looked = 0
+    for view in record.outputs().values():
+        ids: list[int] = []
+        text = ""
+        for delta in view.deltas[:-1]:
+            ids.extend(delta.token_ids)
+            text += delta.text
+            kept = _needless_holdback(text, await ctx.detokenize(ids, True), stops)
+            looked += 1
+            if kept is not None:
+                found.append(
+                    Mismatch(
+                        f"text of output {view.index} after {len(ids)} tokens (stop strings {stops!r})",
+                        "all of its tokens' text but an incomplete character or a stop-string prefix",
+                        f"{kept!r} kept back",
+                    )
+                )
+                break
+    return found, looked
+
+
 @case("STREAM-11", requires=("tokenize",), sends=("generate.stop_strings>1",))
 async def no_needless_holdback(ctx: Ctx) -> None:
     """Each delta brings all the text of its tokens but an incomplete character and a possible stop-string
@@ -238,22 +269,9 @@ async def no_needless_holdback(ctx: Ctx) -> None:
     )  # fmt: skip
     checked = 0
     for stops, record in zip(stop_lists, records, strict=True):
-        for view in ok(ctx, record).outputs().values():
-            ids: list[int] = []
-            text = ""
-            for delta in view.deltas[:-1]:  # the last delta may end at a stop match, which cuts the text
-                ids.extend(delta.token_ids)
-                text += delta.text
-                # skip_special_tokens is unset in the request, so it is true (SAMPLE-8)
-                kept = _needless_holdback(text, await ctx.detokenize(ids, True), stops)
-                checked += 1
-                if kept is not None:
-                    ctx.check.fail(
-                        f"text of output {view.index} after {len(ids)} tokens (stop strings {stops!r})",
-                        "all of its tokens' text but an incomplete character or a stop-string prefix",
-                        f"{kept!r} kept back",
-                    )
-                    break
+        found, looked = await holdback_mismatches(ctx, ok(ctx, record), stops)
+        ctx.check.extend(found)
+        checked += looked
     if not checked:
         raise CaseSkipped(
             "every output came in one delta (the server merged them, STREAM-9): nothing held back to see"

@@ -285,7 +285,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "SAMPLE-1.3": ("SAMPLE-1[n-absent]", "STREAM-1"),  # STREAM-1: num_outputs 1 for pooled requests without n
     "SAMPLE-2.1": ("SAMPLE-2", "SAMPLE-2[n]"),
     "SAMPLE-3.1": ("SAMPLE-3",),
-    "SAMPLE-3.2": ("SAMPLE-3[per-output]",),
+    "SAMPLE-3.2": ("SAMPLE-3[per-output]", "SAMPLE-3[first-of-n]"),
     "SAMPLE-4.1": ("SAMPLE-4",),
     "SAMPLE-4.2": ("SAMPLE-4[picked]",),
     "SAMPLE-5.1": ("SAMPLE-5[*]", "ERR-1[generated]", "CAP-5[max_stop_string_bytes]"),
@@ -304,13 +304,13 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "STREAM-5.3": ("STREAM-5", "STREAM-5[multibyte]"),
     "STREAM-6.1": ("STREAM-6", "STREAM-6[concurrent]", "STREAM-6[stateful]"),
     "STREAM-7.1": ("STREAM-7", "CAP-2[max_top_logprobs]"),
-    "STREAM-7.2": ("STREAM-7",),
-    "STREAM-7.3": ("STREAM-7",),
+    "STREAM-7.2": ("STREAM-7", "CAP-2[combined]"),  # [combined]: logprobs with n and stops at their limits
+    "STREAM-7.3": ("STREAM-7", "CAP-2[combined]"),
     "STREAM-8.1": ("STREAM-8",),
     "STREAM-8.2": ("STREAM-8[greedy]", "STREAM-8[seeded]"),
     "STREAM-10.1": ("STREAM-10", "STREAM-7"),  # STREAM-7: one logprob per token with return_token_ids=false
     "STREAM-10.2": ("STREAM-10", "TOK-1"),
-    "STREAM-11.1": ("STREAM-11",),
+    "STREAM-11.1": ("STREAM-11", "STREAM-5[multibyte]"),
     "FINISH-1.1": ("FINISH-1", "FINISH-1[stateful]", "N-1[*]"),
     "FINISH-1.2": ("FINISH-1", "FINISH-1[stateful]"),
     "FINISH-2.1": ("FINISH-2", "ABORT-2[*]"),
@@ -328,7 +328,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "USAGE-2.1": ("USAGE-2", "USAGE-2[tokenize]"),
     "USAGE-2.2": ("USAGE-2[tokenize]", "N-2"),
     "USAGE-3.1": ("USAGE-3", "USAGE-3[stateful]"),
-    "USAGE-4.1": ("USAGE-4",),
+    "USAGE-4.1": ("USAGE-4", "CAP-2[combined]"),
     "USAGE-5.1": ("USAGE-5", "STOP-5*"),
     "USAGE-6.1": ("USAGE-6[*]",),
     "USAGE-7.1": ("USAGE-7[after-flush]",),
@@ -375,9 +375,9 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "FLOW-1.1": ("FLOW-1",),
     "FLOW-2.1": ("FLOW-2",),
     "FLOW-2.2": ("FLOW-2",),
-    "AUTH-1.1": ("AUTH-1",),
-    "AUTH-1.2": ("AUTH-1",),
-    "AUTH-2.1": ("AUTH-2",),
+    "AUTH-1.1": ("AUTH-1", "AUTH-1[every-rpc]"),
+    "AUTH-1.2": ("AUTH-1", "AUTH-1[every-rpc]"),  # [every-rpc]: no effect on a stream in flight
+    "AUTH-2.1": ("AUTH-2", "AUTH-2[in-flight]"),  # [in-flight]: no effect on an admin's stream
     "AUTH-3.1": ("AUTH-3", "AUTH-3[in-flight-id]"),
     "AUTH-3.2": ("AUTH-3", "AUTH-3[in-flight-id]"),
     "AUTH-3.3": ("AUTH-3", "AUTH-3[in-flight-id]"),
@@ -391,15 +391,15 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "CAP-5.2": ("CAP-5[max_stop_string_bytes]",),
     "HEALTH-1.1": ("HEALTH-1", "HEALTH-1[in-flight]"),
     "HEALTH-1.2": ("HEALTH-1",),
-    "HEALTH-1.3": ("HEALTH-1[paused]",),
+    "HEALTH-1.3": ("HEALTH-1[paused]", "LIFE-3[pause]"),  # [pause]: with a stream stalled by the pause
     "HEALTH-2.1": ("HEALTH-2[watch]", "LIFE-1[drain]"),
     "LOAD-1.1": ("LOAD-1[idle]", "LOAD-1[ground-truth]"),
     "LOAD-1.2": ("LOAD-1[active]", "LOAD-1[waiting]", "LOAD-1[ground-truth]"),
     "LOAD-1.3": ("LOAD-1[ground-truth]",),
     "TOK-1.1": ("TOK-1", "TOK-1[*]"),
-    "EMBED-1.1": ("EMBED-1",),
-    "EMBED-2.1": ("EMBED-2",),
-    "EMBED-3.1": ("EMBED-3",),
+    "EMBED-1.1": ("EMBED-1", "EMBED-1[batches]"),
+    "EMBED-2.1": ("EMBED-2", "EMBED-1[batches]"),  # [batches]: norms, and a text repeated in one call
+    "EMBED-3.1": ("EMBED-3", "EMBED-1[batches]"),  # [batches]: echoed or assigned, not the malformed id
     "EMBED-3.2": ("EMBED-3",),
     "MODELS-1.1": ("MODELS-1",),
     "MODELS-1.2": ("MODELS-1",),

@@ -176,6 +176,7 @@ class SeedIgnored(Mutant):
     expected = frozenset(
         {
             "SAMPLE-3",
+            "SAMPLE-3[first-of-n]",
             "SAMPLE-3[per-output]",
             "SAMPLE-4[picked]",
             "SAMPLE-1[defaults]",

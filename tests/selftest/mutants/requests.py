@@ -4,10 +4,13 @@ send")."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from grpclib import GRPCError, Status
 
-from lmrpc.v1 import GenerateRequest, ResponseOptions
+from lmrpc.v1 import GenerateRequest, GenerateResponse, ResponseOptions
 
+from ..proxy import Call, Out
 from .base import Mutant
 from .control import RequestRewrite
 
@@ -156,7 +159,27 @@ class LogprobsWithNRefused(Mutant):
         return request
 
 
+class OutputStreamsShiftWithN(Mutant):
+    name = "output-streams-shift-with-n"
+    fault = "output i of an n>1 request samples from (seed + n, i), so the same seed gives other outputs for another n"
+    expected = frozenset({"SAMPLE-3[per-output]", "SAMPLE-3[first-of-n]"})
+
+    def rewrite_request(self, request: GenerateRequest) -> GenerateRequest:
+        sampling = request.sampling
+        if sampling is not None and (sampling.n or 1) > 1 and sampling.seed is not None:
+            sampling.seed = (sampling.seed + sampling.n) % 2**63
+        return request
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        sent = call.original.sampling.seed if call.original and call.original.sampling else None
+        async for event in events:
+            if event.prompt_info is not None and sent is not None:
+                event.prompt_info.seed = sent  # the seed in effect is still reported as the request's
+            yield event
+
+
 REQUEST_MUTANTS: tuple[type[Mutant], ...] = (
+    OutputStreamsShiftWithN,
     StopStringsBeforeMinTokens,
     GenerationPromptIgnored,
     UnknownRoleRewritten,

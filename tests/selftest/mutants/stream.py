@@ -78,6 +78,7 @@ class CumulativeIds(Mutant):
             "ABORT-2[mid-stream]",
             "ABORT-4[*]",
             "ABORT-5",
+            "CAP-2[combined]",  # its logprobs: one per token, fewer than the cumulative ids
             "FINISH-6[stop-at-max-tokens]",
             "SAMPLE-8[skip_special_tokens]",
             "STOP-1[stop-token]",
