@@ -140,6 +140,7 @@ class IndexCollapsed(f.IndexCollapsed, VllmProxy):
             "N-1[n=2]",
             "N-1[n=4]",
             "SAMPLE-2[n]",
+            "SAMPLE-3[first-of-n]",
             "SAMPLE-3[per-output]",
             "SAMPLE-6",
             "STREAM-2",
