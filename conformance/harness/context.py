@@ -20,7 +20,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from conformance.drivers.openai.calls import CaseHttp, HttpCall
-from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung, mismatch
+from conformance.harness.outcome import CaseFailed, Mismatch, Repro, RpcTimedOut, StreamHung, mismatch
 from conformance.harness.session import Budgets, Session, Tuning
 from conformance.harness.target import TargetInfo
 from conformance.spec.coverage import classes_sent
@@ -130,6 +130,10 @@ ADMIN_METHODS = frozenset(
         "update_weights",
     }
 )
+
+# Administrative RPCs that load or write files (a profiler, a trace, a checkpoint): they get the
+# budget of file work, not of a lookup, so a busy machine's slow disk or import is not blamed.
+FILE_WORK_RPCS = frozenset({"start_profile", "stop_profile", "update_weights"})
 
 
 def _needs_admin(method: str, request: object) -> bool:
@@ -254,7 +258,11 @@ class Ctx:
         self._record(service, name, request)
         if getattr(method, "__self__", None) is self.control and _needs_admin(name, request):
             method = getattr(self.session.target.admin, name)  # AUTH-2: the admin token's channel
-        return await method(request, timeout=timeout_s or self.budgets.rpc_s)
+        deadline = timeout_s or (self.budgets.file_work_s if name in FILE_WORK_RPCS else self.budgets.rpc_s)
+        try:
+            return await method(request, timeout=deadline)
+        except TimeoutError:
+            raise RpcTimedOut(name, deadline) from None
 
     async def call_raw(self, path: str, body: bytes, *, channel: Channel | None = None) -> RawOutcome:
         """Send ``body`` as the one request message of ``path``, whatever the bytes (MALFORMED-*)."""

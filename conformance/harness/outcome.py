@@ -111,5 +111,13 @@ class CaseSkipped(Exception):
     """The case does not apply to this target (a capability is absent, or a precondition cannot be met)."""
 
 
+class RpcTimedOut(Exception):
+    """A unary call of a case got no answer within its deadline (not the case's own budget)."""
+
+    def __init__(self, method: str, timeout_s: float) -> None:
+        self.method, self.timeout_s = method, timeout_s
+        super().__init__(f"{method} did not answer within its deadline of {timeout_s:.1f}s")
+
+
 class StreamHung(Exception):
     """A stream neither ended nor progressed within its budget (a property search stops on it)."""

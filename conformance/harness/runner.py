@@ -27,6 +27,7 @@ from conformance.harness.outcome import (
     CaseSkipped,
     Mismatch,
     Repro,
+    RpcTimedOut,
     StreamHung,
     Verdict,
     show,
@@ -70,10 +71,22 @@ async def run_case(session: Session, case: Case) -> CaseResult:
         reason = mismatches[0].render() if mismatches else "failed"
     except CaseSkipped as exc:
         verdict, reason = Verdict.SKIP, str(exc)
+    except RpcTimedOut as exc:
+        verdict, reason = Verdict.FAIL, str(exc)
+        mismatches = [
+            *ctx.check.mismatches,
+            Mismatch(f"{exc.method} reply", f"within {exc.timeout_s:.1f}s", "none"),
+        ]
     except TimeoutError:
         verdict = Verdict.FAIL
-        reason = f"hung: the case did not finish within its budget of {budget:.1f}s and was cancelled"
-        mismatches = [*ctx.check.mismatches, Mismatch("case duration", f"<= {budget:.1f}s", "still running")]
+        elapsed = time.monotonic() - started
+        if elapsed < budget:  # a wait inside the case ran out, not the case's own budget
+            reason = (
+                f"a wait inside the case ran out after {elapsed:.1f}s (the case's budget is {budget:.1f}s)"
+            )
+        else:
+            reason = f"hung: the case did not finish within its budget of {budget:.1f}s and was cancelled"
+        mismatches = [*ctx.check.mismatches, Mismatch("case", f"done within {budget:.1f}s", reason)]
     except GRPCError as exc:
         verdict = Verdict.FAIL
         reason = f"an RPC failed: {exc.status.name} {exc.message!r}"

@@ -28,6 +28,7 @@ class Budgets:
     idle_base_s: float = 10.0  # the longest silence inside a stream before it counts as hung
     release_base_s: float = 5.0  # load back to its baseline after an abort, cancel or deadline
     prompt_base_s: float = 10.0  # time to a request's first message (acceptance)
+    file_work_base_s: float = 30.0  # one administrative RPC that loads or writes files (profiler, weights)
     case_base_s: float = 90.0  # one case, everything included
     liveness_base_s: float = 10.0  # the probe after a failure
 
@@ -58,6 +59,10 @@ class Budgets:
     @property
     def prompt_s(self) -> float:
         return self.prompt_base_s * self.scale
+
+    @property
+    def file_work_s(self) -> float:
+        return self.file_work_base_s * self.scale
 
     @property
     def liveness_s(self) -> float:

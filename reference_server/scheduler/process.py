@@ -21,6 +21,7 @@ from reference_server.tracing import Tracing, start_tracing
 from reference_server.worker_io import WorkerSockets, run_worker
 
 log = logging.getLogger("lmrpc.scheduler")
+PROFILER_POLL_MS = 20  # how often an idle loop looks whether torch.profiler has been imported
 
 
 def run_scheduler(config: ServerConfig, addresses: IpcAddresses) -> None:
@@ -59,18 +60,29 @@ class SchedulerLoop:
         self.paused = False
         self.running = True
         self.profiler = SchedulerProfiler()
+        # Profiler commands that arrived while torch.profiler was being imported, answered in order
+        # once it is: the engine keeps stepping meanwhile.
+        self.profiler_commands: list[ipc.StartProfile | ipc.StopProfile] = []
 
     def run(self) -> None:
         while self.running:
-            self._receive(block=self.paused or not self.engine.has_work())
+            idle = self.paused or not self.engine.has_work()
+            self._receive(block=idle, wake_after_ms=PROFILER_POLL_MS if self.profiler_commands else None)
+            if self.profiler_commands and self.profiler.ready:
+                for command in self.profiler_commands:
+                    self._profiler_command(command)
+                self.profiler_commands.clear()
             if self.running and not self.paused and self.engine.has_work():
                 with self.profiler.step_range():
                     outputs = self.engine.step()
                 self._send_outputs(outputs)
             self._send_kv_events()
 
-    def _receive(self, *, block: bool) -> None:
-        """Handle every queued message; wait for the first one only if there is nothing to do."""
+    def _receive(self, *, block: bool, wake_after_ms: int | None = None) -> None:
+        """Handle every queued message; wait for the first one only if there is nothing to do (and
+        then at most ``wake_after_ms``, when something else is awaited)."""
+        if block and wake_after_ms is not None and not self.inbox.poll(wake_after_ms):
+            return
         flags = 0 if block else zmq.NOBLOCK
         while self.running:
             try:
@@ -115,9 +127,16 @@ class SchedulerLoop:
             case ipc.EmbedTexts():
                 self._reply(self._embed(message))
             case ipc.StartProfile():
-                self._reply(self._start_profile(message))
-            case ipc.StopProfile():
-                self._reply(self._stop_profile(message))
+                if self.profiler_commands or not self.profiler.ready:
+                    self.profiler.load_in_background()
+                    self.profiler_commands.append(message)
+                else:
+                    self._reply(self._start_profile(message))
+            case ipc.StopProfile():  # recording means loaded: only a start still waiting holds it back
+                if self.profiler_commands:
+                    self.profiler_commands.append(message)
+                else:
+                    self._reply(self._stop_profile(message))
             case ipc.UpdateWeights():
                 self._reply(self._update_weights(message))
             case ipc.Shutdown():
@@ -156,6 +175,12 @@ class SchedulerLoop:
         except ValueError as exc:
             return ipc.EmbedReply(message.query_id, [], [], error=str(exc))
         return ipc.EmbedReply(message.query_id, vectors, counts)
+
+    def _profiler_command(self, message: ipc.StartProfile | ipc.StopProfile) -> None:
+        if isinstance(message, ipc.StartProfile):
+            self._reply(self._start_profile(message))
+        else:
+            self._reply(self._stop_profile(message))
 
     def _start_profile(self, message: ipc.StartProfile) -> ipc.AdminReply:
         try:

@@ -2,14 +2,18 @@
 
 While it records, every engine step is a ``engine.step`` range in the trace, with the torch
 operators (and, on CUDA, the kernels) it ran. Stopping writes a chrome trace (JSON, readable by
-chrome://tracing and Perfetto) into the folder the start named. torch is imported only when a
-recording starts, so the fake engine's scheduler pays nothing otherwise.
+chrome://tracing and Perfetto) into the folder the start named. torch.profiler is imported only
+when a recording is first asked for, so the fake engine's scheduler pays nothing otherwise, and then
+on a helper thread (``load_in_background``): an import that takes seconds on a busy machine must not
+stop the engine stepping for the requests in flight.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,9 +34,31 @@ class _Recording:
     started: float  # time.time() at the start, names the trace
 
 
+def _import_profiler() -> None:
+    import torch.profiler  # noqa: F401
+
+
+def _profiler_imported() -> bool:
+    return "torch.profiler" in sys.modules
+
+
 class SchedulerProfiler:
     def __init__(self) -> None:
         self._recording: _Recording | None = None
+        self._loading: threading.Thread | None = None
+
+    @property
+    def ready(self) -> bool:
+        """torch.profiler is imported, so start() does not wait for the import."""
+        if self._loading is not None:
+            return not self._loading.is_alive()
+        return _profiler_imported()  # then by this loop's own thread, whole: the real engine's import
+
+    def load_in_background(self) -> None:
+        """Import torch.profiler on a helper thread (once); ``ready`` says when it is done."""
+        if self._loading is None and not self.ready:
+            self._loading = threading.Thread(target=_import_profiler, name="profiler-import", daemon=True)
+            self._loading.start()
 
     @property
     def active(self) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -239,3 +240,38 @@ def test_an_undecodable_message_fails_its_request_in_the_detokenizer_too(tokeniz
         feed.send(ipc.encode(ipc.Shutdown()))
         thread.join(5)
         context.destroy(linger=0)
+
+
+def test_the_engine_steps_on_while_the_profiler_is_imported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A StartProfile whose torch.profiler import takes long (seconds on a busy machine) is answered
+    when the import is done, and the requests in flight are stepped meanwhile; a StopProfile sent
+    behind it is answered after it, in order."""
+    import reference_server.scheduler.profiler as profiler
+
+    imported = threading.Event()
+    monkeypatch.setattr(profiler, "_profiler_imported", lambda: False)
+    monkeypatch.setattr(profiler, "_import_profiler", lambda: imported.wait(10))
+    sockets = _Sockets(fake_engine())
+    try:
+        sockets.to_scheduler.send(ipc.encode(ipc.StartProfile(1, str(tmp_path))))
+        sockets.to_scheduler.send(ipc.encode(ipc.StopProfile(2)))
+        sockets.to_scheduler.send(ipc.encode(submit("r-during")))
+        while not any(o.finish is not None for o in _outputs(sockets)):
+            pass  # the request runs to its end while the profiler is still being imported
+        assert not sockets.frontend.poll(0), "a profiler command was answered before its import ended"
+        imported.set()
+        started, stopped = sockets.frontend_message(), sockets.frontend_message()
+        assert isinstance(started, ipc.AdminReply) and started.query_id == 1 and started.refusal is None
+        assert isinstance(stopped, ipc.AdminReply) and stopped.query_id == 2 and stopped.refusal is None
+        assert stopped.path.startswith(str(tmp_path))
+    finally:
+        imported.set()
+        sockets.close()
+
+
+def _outputs(sockets: _Sockets) -> list[ipc.SequenceOutput]:
+    assert sockets.detokenizer.poll(5000), "the engine did not step"
+    message = ipc.detokenizer_decoder.decode(sockets.detokenizer.recv())
+    return message.outputs if isinstance(message, ipc.StepOutputs) else []
