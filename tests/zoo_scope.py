@@ -25,6 +25,7 @@ if MODE not in MODES:
     raise ValueError(f"LMRPC_SELFTEST_ZOO={MODE!r}: expected one of {', '.join(MODES)}")
 FULL = MODE == "full"
 COLUMN = tuple(os.environ.get("LMRPC_SELFTEST_ZOO_CASES", "").split())  # case IDs hold commas, no spaces
+SCOPE = f"{'every case' if FULL else 'each on its declared cases'}, {MODE} zoo"  # for the printed scores
 
 
 def scope_args(case_ids: Iterable[str], folder: Path, name: str) -> tuple[str, ...]:

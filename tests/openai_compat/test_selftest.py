@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from zoo_process import start_zoo
-from zoo_scope import FULL, MODE, scope_args
+from zoo_scope import SCOPE, scope_args
 
 from conformance.spec.registry import all_cases, matches
 
@@ -81,6 +81,5 @@ def test_each_mutant_fails_exactly_its_cases(zoo: dict[str, int]) -> None:
             )
     print("\n".join(rows))
     caught = sum(1 for m in MUTANTS if not any(p.startswith(f"{m.name}:") for p in problems))
-    scope = "every case" if FULL else "each on its declared cases"
-    print(f"OpenAI profile mutation score: {caught}/{len(MUTANTS)} ({scope}, {MODE} zoo)")
+    print(f"OpenAI profile mutation score: {caught}/{len(MUTANTS)} ({SCOPE})")
     assert not problems, "\n\n".join(problems)

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from zoo_scope import FULL, MODE, scope_args
+from zoo_scope import SCOPE, scope_args
 
 from conformance.spec.coverage import CLASSES
 from conformance.spec.registry import all_cases, matches
@@ -238,7 +238,7 @@ def test_engine_mutants_fail_exactly_their_cases(
         summaries.append(
             f"{protocol}: mutation score {detected}/{faulty} ({100 * detected // max(faulty, 1)}%), "
             f"{exact}/{len(mutants) + 1} runs with exactly the declared failures "
-            f"({'every case' if FULL else 'each on its declared cases'}, {MODE} zoo)"
+            f"({SCOPE})"
         )
     (REPORTS / "matrix.txt").write_text("\n".join([*rows, *summaries]) + "\n")
     with capsys.disabled():

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from zoo_scope import FULL, MODE, scope_args
+from zoo_scope import SCOPE, scope_args
 
 from conformance.spec.coverage import CLASSES
 from conformance.spec.registry import all_cases, matches
@@ -152,7 +152,7 @@ def test_mutants_fail_exactly_their_cases(lanes: list[Lane], capsys: pytest.Capt
     summary = (
         f"mutation score: {detected}/{len(broken)} mutants detected, "
         f"{len(rows) - len(problems)}/{len(rows)} with exactly the declared failures "
-        f"({'every case' if FULL else 'each on its declared cases'}, {MODE} zoo); "
+        f"({SCOPE}); "
         f"state machine: {stateful_seen}/{stateful_wanted} of its declared detections"
     )
     if 2 * stateful_seen < stateful_wanted:
