@@ -124,6 +124,29 @@ async def min_tokens_first(ctx: Ctx) -> None:
     )
 
 
+@case("STOP-5", tag="eos", requires=(DETERMINISTIC,), sends=("generate.min_tokens",))
+async def min_tokens_suppresses_eos(ctx: Ctx) -> None:
+    """Without ignore_eos, min_tokens suppresses the EOS tokens too: an output whose reproducible run ends
+    at EOS after k tokens, rerun with min_tokens=k+3, samples no EOS token before its (k+3)th."""
+    run = await find_eos(ctx)
+    minimum = min(run.position + 3, learned_length(ctx))
+    _, view = await rerun(ctx, run.prompt, run.seed, min_tokens=minimum)
+    ctx.check.that(
+        len(view.token_ids) >= minimum,
+        f"tokens of an output with min_tokens={minimum} whose run without it ends at EOS after {run.position}",
+        f">= {minimum}",
+        len(view.token_ids),
+    )
+    eos = set(ctx.info.eos_ids)
+    early = [(i, t) for i, t in enumerate(view.token_ids[:minimum]) if t in eos]
+    ctx.check.that(
+        not early,
+        f"the first {minimum} tokens (min_tokens) of an output without ignore_eos",
+        f"no EOS token of {sorted(eos)}",
+        f"EOS at (position, id) {early}",
+    )
+
+
 @case("FINISH-6", tag="ignore_eos", sends=("generate.ignore_eos",))
 async def length_after_max_tokens(ctx: Ctx) -> None:
     """With ignore_eos and no stop conditions every output ends LENGTH after exactly max_tokens tokens."""

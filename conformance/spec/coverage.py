@@ -341,8 +341,8 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "STOP-3.1": ("STOP-3", "STOP-1[stop-token]"),
     "STOP-4.1": ("STOP-4[eos]", "STOP-7[eos]"),
     "STOP-4.2": ("STOP-4[ignore_eos]", "FINISH-6"),  # FINISH-6: ignore_eos outputs end LENGTH at max_tokens
-    "STOP-5.1": ("STOP-5", "STOP-5[no-max-tokens]", "STOP-5[default]"),
-    "STOP-5.2": ("STOP-5", "STOP-2[before-min-tokens]"),
+    "STOP-5.1": ("STOP-5", "STOP-5[no-max-tokens]", "STOP-5[default]", "STOP-5[eos]"),
+    "STOP-5.2": ("STOP-5", "STOP-5[eos]", "STOP-2[before-min-tokens]"),
     "STOP-6.1": ("STOP-6[inside-token]", "STREAM-4"),
     "STOP-6.2": ("STOP-6[inside-token]",),
     "STOP-7.1": ("STOP-7[*]", "STOP-1[stop-token]"),

@@ -48,7 +48,15 @@ def logprobs_requested(call: EngineCall) -> bool:
 # of a request, or counts them against a minimum: that class of case, declared once for the fault,
 # instead of one more tolerance each time a busy machine batches differently.
 COMPARES_RUNS = frozenset(
-    {"SAMPLE-*", "STREAM-6[concurrent]", "CANCEL-3*", "USAGE-6[*]", "STOP-5", "STOP-5[no-max-tokens]"}
+    {
+        "SAMPLE-*",
+        "STREAM-6[concurrent]",
+        "CANCEL-3*",
+        "USAGE-6[*]",
+        "STOP-5",
+        "STOP-5[no-max-tokens]",
+        "STOP-5[eos]",
+    }
 )
 
 
