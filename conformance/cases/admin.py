@@ -128,6 +128,57 @@ async def profile_recorded(ctx: Ctx) -> None:
     ctx.check.equal("greedy tokens while recording", before, during)
 
 
+@case(
+    "ADMIN-1", tag="output_dir", requires=("profiler", "deterministic_greedy"), exclusive=True
+)  # one recording at a time
+async def profile_into_a_given_folder(ctx: Ctx) -> None:
+    """StartProfile with an output_dir answers that folder, and StopProfile lists trace files inside it (a
+    second StartProfile into another folder meanwhile is FAILED_PRECONDITION and moves nothing); a greedy
+    request in flight when the recording starts and still in flight when it stops gets the
+    tokens a greedy run alone gets."""
+    folder = f"/tmp/{ctx.uid('lmrpc-profile')}"  # a folder a POSIX host can create
+    text = "The capital of France is"
+    left = await ctx.call_status(ctx.control.stop_profile, StopProfileRequest())
+    if left.code == "OK":
+        ctx.note("StopProfile before the case ended a recording that was running")
+    spanning = ctx.open(long_request(ctx, text))
+    try:
+        await first_delta(ctx, spanning)
+        started = await ctx.call(ctx.control.start_profile, StartProfileRequest(output_dir=folder))
+        try:
+            ctx.check.equal(
+                "StartProfileResponse.output_dir for the output_dir sent", folder, started.output_dir
+            )
+            elsewhere = StartProfileRequest(output_dir=f"{folder}-elsewhere")
+            twice = await ctx.call_status(ctx.control.start_profile, elsewhere)
+            ctx.check.equal(
+                "StartProfile into another folder while recording",
+                Status.FAILED_PRECONDITION.name,
+                twice.code,
+            )
+            recorded = len(spanning.events)
+            await spanning.read_until(lambda e: e.seq >= recorded, ctx.budgets.prompt_s)
+        finally:
+            stopped = await ctx.call(ctx.control.stop_profile, StopProfileRequest())
+        traces = list(stopped.trace_files)
+        ctx.check.that(
+            bool(traces) and all(t.startswith(folder + "/") for t in traces),
+            "StopProfileResponse.trace_files",
+            f"at least one, each inside {folder!r}",
+            traces,
+        )
+        after = len(spanning.events)
+        await spanning.read_until(lambda e: e.seq >= after, ctx.budgets.prompt_s)
+    finally:
+        await ctx.cancel(spanning)  # not an Abort: this case judges the profiler, not ABORT-*
+    got = spanning.record.outputs()[0].token_ids
+    alone = request(ctx, text, temperature=0.0, max_tokens=max(len(got), 1), ignore_eos=True)
+    want = outputs_tokens(ok(ctx, await ctx.generate(alone), "a greedy request alone"))[0]
+    ctx.check.equal(
+        f"the {len(got)} tokens of a greedy request across StartProfile and StopProfile", want, got
+    )
+
+
 @case("ADMIN-2", tag="refused", requires=("weight_updates",))
 async def refused_update_changes_nothing(ctx: Ctx) -> None:
     """A model_path that does not exist is NOT_FOUND, one that holds no model INVALID_ARGUMENT, each

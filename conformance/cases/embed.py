@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from grpclib.const import Status
 from hypothesis import strategies as st
 
-from conformance.cases._helpers import abort
+from conformance.cases._helpers import abort, first_delta
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import Mismatch
+from conformance.harness.requests import long_request
 from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import prompt_texts
 from conformance.spec.registry import case
@@ -163,3 +164,32 @@ async def embed_request_ids(ctx: Ctx) -> None:
         "two concurrent Embeds with one request_id (not Generate ids)", ["OK", "OK"], [t.code for t in twins]
     )
     ctx.check.equal("Abort of an Embed request_id", [(rid, "NOT_IN_FLIGHT")], await abort(ctx, rid))
+
+
+@case("EMBED-3", tag="generate-id", requires=("embed",))
+async def embed_beside_generate_id(ctx: Ctx) -> None:
+    """An Embed may carry the id of a Generate in flight: it is answered with that id (no ALREADY_EXISTS),
+    the Generate streams on, and an Abort of the id aborts the Generate alone."""
+    rid = ctx.uid("shared")
+    stream = ctx.open(long_request(ctx, request_id=rid))
+    try:
+        await first_delta(ctx, stream)
+        reply = await ctx.call_status(ctx.inference.embed, EmbedRequest(request_id=rid, texts=["Hi"]))
+        answered = reply.response.request_id if reply.response is not None else None
+        ctx.check.equal(
+            f"Embed with the request_id {rid!r} of a Generate in flight: (status, request_id)",
+            ("OK", rid),
+            (reply.code, answered),
+        )
+        streaming = len(stream.events)
+        await stream.read_until(lambda e: e.seq >= streaming, ctx.budgets.prompt_s)
+        ctx.check.that(
+            len(stream.events) > streaming and stream.record.error is None and not stream.done.is_set(),
+            "the Generate after an Embed with its id",
+            "still streaming",
+            stream.record.summary(),
+        )
+    finally:
+        aborted = await abort(ctx, rid)
+    ctx.check.equal("Abort of the id the Generate and the Embed share", [(rid, "ABORTED")], aborted)
+    await stream.finish(ctx.budgets.release_s)

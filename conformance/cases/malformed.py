@@ -15,10 +15,21 @@ from conformance.spec.descriptors import message_descriptor
 from conformance.spec.registry import Variant, case
 from conformance.stream.h2call import H2Call, H2Result, frame
 from conformance.stream.wire import length_field, write_varint
-from lmrpc.v1 import GenerateRequest, GenerateResponse, ResponseOptions, StoppingCriteria, TokenIds
+from lmrpc.v1 import (
+    ChatInput,
+    ChatMessage,
+    GenerateRequest,
+    GenerateResponse,
+    ResponseOptions,
+    StoppingCriteria,
+    TokenIds,
+    TokenizeRequest,
+    TokenizeResponse,
+)
 
 GENERATE = "/lmrpc.v1.InferenceService/Generate"
 GET_LOAD = "/lmrpc.v1.ControlService/GetLoad"
+TOKENIZE = "/lmrpc.v1.ControlService/Tokenize"
 RPCS = (  # request message type, method, capability it needs
     Variant({"type": "GenerateRequest", "path": GENERATE}, tag="GenerateRequest"),
     Variant({"type": "AbortRequest", "path": "/lmrpc.v1.ControlService/Abort"}, tag="AbortRequest"),
@@ -94,6 +105,38 @@ async def unknown_fields_and_groups(ctx: Ctx) -> None:
         info = GenerateResponse.parse(outcome.replies[0]).prompt_info
         got = list(info.prompt_token_ids) if info is not None else None
         ctx.check.equal(f"prompt of the Generate with {label}", ids, got)
+
+
+def _unknown_varint_and_string() -> bytes:
+    return write_varint(3001 << 3) + b"\x01" + length_field(3002, b"?")
+
+
+@case("MALFORMED-2", tag="nested", requires=("tokenize", "chat_input"))
+async def unknown_fields_in_nested_messages(ctx: Ctx) -> None:
+    """Unknown fields and groups are ignored inside nested messages and on unary calls too: a Tokenize of
+    a chat whose message carries unknown fields and a group wrapping a `content` field, beside a
+    top-level group wrapping a `text` field, tokenizes exactly as the clean chat."""
+    said = ChatMessage(role="user", content="Say hi.")
+    clean = TokenizeRequest(chat=ChatInput(messages=[said], add_generation_prompt=True))
+    message = (  # ChatMessage field 2 is `content`
+        bytes(said) + _unknown_varint_and_string() + unknown_group(length_field(2, b"content never said"))
+    )
+    chat = length_field(1, message) + bytes(ChatInput(add_generation_prompt=True))
+    body = (  # TokenizeRequest field 2 is `chat`, field 1 `text`
+        length_field(2, chat)
+        + _unknown_varint_and_string()
+        + unknown_group(length_field(1, b"text never sent"))
+    )
+    want = list((await ctx.call(ctx.control.tokenize, clean)).token_ids)
+    outcome = await ctx.call_raw(TOKENIZE, body)
+    if ctx.check.that(
+        outcome.status is None and len(outcome.replies) == 1,
+        "Tokenize with unknown fields and groups in a chat message and around it",
+        "OK, one reply",
+        f"{outcome.code} after {len(outcome.replies)} messages: {outcome.message}",
+    ):
+        got = list(TokenizeResponse.parse(outcome.replies[0]).token_ids)
+        ctx.check.equal("its token ids against the clean chat's", want, got)
 
 
 def _limits_or_skip(ctx: Ctx) -> None:

@@ -246,6 +246,30 @@ async def top_k_one_is_greedy(ctx: Ctx) -> None:
     ctx.check.equal("tokens of top_k=1 at temperature 1.5 vs greedy", outputs_tokens(a), outputs_tokens(b))
 
 
+@case(
+    "SAMPLE-7",
+    tag="seeded-n",
+    requires=("truncation_sampling", "deterministic_greedy", "seeded_sampling"),
+    sends=("generate.temperature>0",),
+)
+async def top_k_one_is_greedy_for_every_output(ctx: Ctx) -> None:
+    """top_k=1 gives the greedy tokens in every output of an n>1 request, whatever its seed and
+    temperature (other outputs than the first, and seeded sampling, take no other path)."""
+    n = min(ctx.info.caps.max_outputs, 3)
+    prompt = "Write a story:"
+    greedy = outputs_tokens(
+        ok(ctx, await ctx.generate(request(ctx, prompt, temperature=0.0, ignore_eos=True)))
+    )
+    for seed, temperature in ((7, 0.7), (1234, 2.0)):
+        top1 = request(ctx, prompt, temperature=temperature, seed=seed, n=n, ignore_eos=True)
+        assert top1.sampling is not None
+        top1.sampling.top_k = 1
+        got = outputs_tokens(ok(ctx, await ctx.generate(top1)))
+        ctx.check.equal(
+            f"the {n} outputs of top_k=1 at temperature {temperature}, seed {seed} vs greedy", greedy * n, got
+        )
+
+
 @case("SAMPLE-1", tag="max_tokens-default", sends=("generate.max_tokens=absent",))
 async def max_tokens_default(ctx: Ctx) -> None:
     """Without max_tokens (and with ignore_eos) an output has exactly ModelInfo.defaults.max_tokens tokens."""

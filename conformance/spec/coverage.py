@@ -479,8 +479,6 @@ SEEN_ONCE_BECAUSE: dict[str, str] = {
     "SCORE-2.3": "the sentence names four invalid inputs (top_n = 0, an empty query, no documents, an "
     "empty document); SCORE-2[invalid] sends each and checks the code and the field named, and a "
     "second case would send the same four",
-    "ADMIN-1.2": "two fixed misuses, a second StartProfile while recording and a StopProfile with "
-    "nothing recording; ADMIN-1 sends both, and a second case would send the same two calls",
     "ADMIN-2.3": "the refusals a harness can cause on any host are a path that does not exist and one "
     "that holds no model (/dev/null), both sent by ADMIN-2[refused]; a model of another shape needs "
     "a checkpoint the harness does not have",
