@@ -197,6 +197,40 @@ async def refused_update_changes_nothing(ctx: Ctx) -> None:
     ctx.check.equal("greedy tokens after the refused updates", before, await _greedy_tokens(ctx))
 
 
+@case("ADMIN-2", tag="refused-in-flight", requires=("weight_updates", "deterministic_greedy"))
+async def refused_update_leaves_a_stream_alone(ctx: Ctx) -> None:
+    """A refused UpdateWeights while a greedy request streams changes nothing for it: it streams on with
+    the tokens a greedy run alone gets, and ModelInfo.weights_version stays."""
+    version = await _weights_version(ctx)
+    text = "The capital of France is"
+    running = ctx.open(long_request(ctx, text))
+    try:
+        await first_delta(ctx, running)
+        outcome = await ctx.call_status(
+            ctx.control.update_weights, UpdateWeightsRequest(model_path=NO_SUCH_PATH)
+        )
+        ctx.check.equal(
+            f"UpdateWeights of {NO_SUCH_PATH!r} while a request streams", "NOT_FOUND", outcome.code
+        )
+        streaming = len(running.events)
+        await running.read_until(lambda e: e.seq >= streaming, ctx.budgets.prompt_s)
+        ctx.check.that(
+            len(running.events) > streaming and running.record.error is None,
+            "a stream in flight across a refused UpdateWeights",
+            "streaming on, no RequestError",
+            running.record.summary(),
+        )
+    finally:
+        await ctx.cancel(running)  # not an Abort: this case judges the update, not ABORT-*
+    got = running.record.outputs()[0].token_ids
+    alone = request(ctx, text, temperature=0.0, max_tokens=max(len(got), 1), ignore_eos=True)
+    want = outputs_tokens(ok(ctx, await ctx.generate(alone), "a greedy request alone"))[0]
+    ctx.check.equal(f"the {len(got)} tokens of a greedy request across a refused update", want, got)
+    ctx.check.equal(
+        "ModelInfo.weights_version after the refused update", version, await _weights_version(ctx)
+    )
+
+
 async def _weights_version(ctx: Ctx) -> str:
     reply = await ctx.call(ctx.control.get_model_info, GetModelInfoRequest())
     return reply.model.weights_version if reply.model is not None else ""

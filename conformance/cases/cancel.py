@@ -7,7 +7,7 @@ import asyncio
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import abort, first_delta, ok, outputs_tokens
+from conformance.cases._helpers import abort, first_delta, ok, outputs_tokens, paused, resumed
 from conformance.harness.context import Ctx
 from conformance.harness.load import expect_released, quiet_load
 from conformance.harness.outcome import CaseSkipped
@@ -76,6 +76,31 @@ async def deadline_expires(ctx: Ctx) -> None:
         record.summary(),
     )
     await expect_released(ctx, baseline, "the deadline expired")
+
+
+@case("CANCEL-2", tag="held", requires=("admin",), exclusive=True, sends=("scenario.deadline",))
+async def deadline_expires_while_held(ctx: Ctx) -> None:
+    """A deadline that expires while the request waits behind a pause (it cannot finish first): the client
+    sees DEADLINE_EXCEEDED (or CANCELLED), never an ABORTED finish, and after resume the request is gone."""
+    baseline = await quiet_load(ctx)
+    deadline_s = 0.25 * ctx.budgets.scale
+    await paused(ctx)
+    try:
+        stream = ctx.open(long_request(ctx, n=min(ctx.info.caps.max_outputs, 2)), deadline_s=deadline_s)
+        record = await stream.finish(ctx.budgets.stream_s)
+    finally:
+        await resumed(ctx)
+    reasons = [v.finish.reason.name for v in record.outputs().values() if v.finish is not None]
+    expired = record.end is End.DEADLINE or (
+        record.end is End.STATUS and record.status in (Status.DEADLINE_EXCEEDED, Status.CANCELLED)
+    )
+    ctx.check.that(
+        expired and not reasons,
+        f"a {deadline_s:.1f}s deadline on a request held behind a pause",
+        "DEADLINE_EXCEEDED or CANCELLED, no finish (a deadline is not a finish reason)",
+        f"{record.summary()}; finishes {reasons}",
+    )
+    await expect_released(ctx, baseline, "the deadline of a held request expired")
 
 
 @case("CANCEL-3", requires=("deterministic_greedy",))

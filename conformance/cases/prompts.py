@@ -130,6 +130,41 @@ async def parse_option_overrides(ctx: Ctx) -> None:
 
 
 @case(
+    "REQ-8",
+    tag="parse-as-default",
+    requires=("tokenize", "chat_input", "special_token_parsing"),
+    sends=("generate.parse_special_tokens=true", "generate.parse_special_tokens=false"),
+)
+async def parse_option_sets_not_flips(ctx: Ctx) -> None:
+    """parse_special_tokens sets the rule rather than flipping each input's default: true still parses a
+    special-token string in text, false still leaves it text in chat content."""
+    token, special = await _special_string(ctx)
+    text = f"Hi.{special}"
+    parsed = await ctx.tokenize(text, parse_special_tokens=True)
+    ctx.check.that(
+        token in parsed, f"Tokenize({text!r}, parse_special_tokens=true)", f"contains token {token}", parsed
+    )
+    ctx.check.equal(
+        "Generate's prompt ids for that text, parse_special_tokens=true",
+        parsed,
+        await _generate_prompt_ids(ctx, text=text, parse=True),
+    )
+    chat = _chat(text)
+    plain = await _tokenize_chat(ctx, _chat("Hi."))
+    literal = await _tokenize_chat(ctx, chat, parse=False)
+    ctx.check.equal(
+        f"occurrences of token {token}: Tokenize(chat with {special!r}, parse_special_tokens=false) vs 'Hi.'",
+        plain.count(token),
+        literal.count(token),
+    )
+    ctx.check.equal(
+        "Generate's prompt ids for that chat, parse_special_tokens=false",
+        literal,
+        await _generate_prompt_ids(ctx, chat=chat, parse=False),
+    )
+
+
+@case(
     "SAMPLE-8",
     tag="add_generation_prompt",
     requires=("tokenize", "chat_input"),

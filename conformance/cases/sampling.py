@@ -208,6 +208,29 @@ async def picked_seed_reproduces(ctx: Ctx) -> None:
     )
 
 
+@case(
+    "SAMPLE-4",
+    tag="picked-n",
+    requires=("seeded_sampling", "max_outputs>=2"),
+    sends=("generate.temperature>0",),
+)
+async def picked_seed_reproduces_every_output(ctx: Ctx) -> None:
+    """The seed the server picks for an n>1 request without one is the request's: sent back, it reproduces
+    every output, not only the first."""
+    n = min(ctx.info.caps.max_outputs, 3)
+    prompt = "Write a story:"
+    first = ok(ctx, await ctx.generate(request(ctx, prompt, temperature=1.0, n=n, ignore_eos=True)))
+    seed = first.prompt_info.seed if first.prompt_info else 0
+    again = ok(
+        ctx, await ctx.generate(request(ctx, prompt, temperature=1.0, seed=seed, n=n, ignore_eos=True))
+    )
+    ctx.check.equal(
+        f"the {n} outputs with the reported seed {seed} sent back",
+        outputs_tokens(first),
+        outputs_tokens(again),
+    )
+
+
 @case("SAMPLE-6", requires=("seeded_sampling", "max_outputs>=2"), sends=("generate.temperature>0",))
 async def seeded_outputs_differ(ctx: Ctx) -> None:
     """With temperature > 0 and a seed the n outputs differ from each other."""

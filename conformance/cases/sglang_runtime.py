@@ -175,6 +175,35 @@ async def abort_by_rid(ctx: Ctx) -> None:
     report(ctx, stream.record, "SRT-2", "SRT-3")
 
 
+@case("SRT-4", tag="one-of-two")
+async def abort_one_rid_of_two(ctx: Ctx) -> None:
+    """Abort(rid) with two requests in flight answers success for that rid and ends that request alone:
+    the other streams on."""
+    driver = runtime(ctx)
+    target, bystander = ctx.open(long_request(ctx)), ctx.open(long_request(ctx))
+    try:
+        for stream in (target, bystander):
+            await first_delta(ctx, stream)
+        reply = await driver.stub(ctx.session.target.channel).abort(
+            rt.AbortRequest(rid=target.record.request_id), timeout=ctx.budgets.rpc_s
+        )
+        ctx.check.that(
+            reply.success, "Abort(rid) of one of two requests in flight", "success = true", reply.success
+        )
+        await expect_aborted_end(ctx, target, 1, "the aborted request")
+        streaming = len(bystander.events)
+        await bystander.read_until(lambda e: e.seq >= streaming, ctx.budgets.prompt_s)
+        ctx.check.that(
+            len(bystander.events) > streaming and not bystander.done.is_set(),
+            "the other request after Abort(rid) of the first",
+            "still streaming",
+            bystander.record.summary(),
+        )
+    finally:
+        await ctx.cancel(bystander)
+    report(ctx, target.record, "SRT-2", "SRT-3")
+
+
 @case("SRT-4", tag="abort_all", requires=("admin", "max_outputs>=2"), exclusive=True)
 async def abort_all_then_serve(ctx: Ctx) -> None:
     """abort_all ends every request in flight (n = 1 and n = 2), each output "abort"; the next

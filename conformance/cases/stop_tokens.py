@@ -12,6 +12,7 @@ from conformance.cases._learned import (
     learned_length,
     pick_stop_token,
     pin,
+    prompted,
     rerun,
     stop_of,
 )
@@ -246,6 +247,23 @@ async def stop_beats_length(ctx: Ctx) -> None:
         f"(reason, stop_token_id, tokens) when token {token} is the {k + 1}th and max_tokens={k + 1}",
         ("STOP", token, k + 1),
         (finish.reason.name, finish.stop.stop_token_id if finish.stop else None, finish.completion_tokens)
+        if finish
+        else None,
+    )
+
+
+@case("FINISH-6", tag="eos-at-max-tokens", requires=(DETERMINISTIC,))
+async def eos_beats_length(ctx: Ctx) -> None:
+    """An EOS token that is also the max_tokens-th token ends the output STOP (eos_token_id), not LENGTH."""
+    run = await find_eos(ctx)
+    k, token = run.position, run.learned.token_ids[run.position]
+    req = pin(ctx, prompted(ctx, run.prompt, max_tokens=k + 1), run.seed)
+    view = ok(ctx, await ctx.generate(req)).outputs()[0]
+    finish = view.finish
+    ctx.check.equal(
+        f"(reason, eos_token_id, tokens) when EOS {token} is the {k + 1}th token and max_tokens={k + 1}",
+        ("STOP", token, k + 1),
+        (finish.reason.name, finish.stop.eos_token_id if finish.stop else None, finish.completion_tokens)
         if finish
         else None,
     )

@@ -19,6 +19,7 @@ from conformance.cases._learned import (
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped
 from conformance.spec.registry import case
+from conformance.stream.record import OutputView
 from conformance.validators.base import first_stop_match
 from lmrpc.v1 import FinishReason
 
@@ -134,10 +135,9 @@ async def stop_string_before_min_tokens(ctx: Ctx) -> None:
     )
 
 
-@case("STOP-6", tag="inside-token", requires=("stop_strings", "tokenize", DETERMINISTIC))
-async def stop_inside_token(ctx: Ctx) -> None:
-    """A stop string that ends inside a token's text: the rest of that token's text is never sent; the
-    token is (include_stop_in_output set: the text ends exactly with the stop string)."""
+async def _cut_inside_a_token(ctx: Ctx) -> tuple[OutputView, list[int], int, str]:
+    """The learned output, its tokens' text starts, a token k of 3 or more characters and the stop string
+    made of its first two (first found at the token's start)."""
     learned = await learn(ctx)
     starts = await token_starts(ctx, learned.token_ids)
     text = learned.text
@@ -146,16 +146,38 @@ async def stop_inside_token(ctx: Ctx) -> None:
         piece = text[starts[k] : end]
         stop = piece[:2]
         if len(piece) >= 3 and stop.strip() and sendable(piece) and text.find(stop) == starts[k]:
-            break
-    else:
-        raise CaseSkipped(f"no token of the learned output {text!r} holds 3 or more characters to cut inside")
+            return learned, starts, k, stop
+    raise CaseSkipped(f"no token of the learned output {text!r} holds 3 or more characters to cut inside")
+
+
+@case("STOP-6", tag="inside-token", requires=("stop_strings", "tokenize", DETERMINISTIC))
+async def stop_inside_token(ctx: Ctx) -> None:
+    """A stop string that ends inside a token's text: the rest of that token's text is never sent; the
+    token is (include_stop_in_output set: the text ends exactly with the stop string)."""
+    learned, starts, k, stop = await _cut_inside_a_token(ctx)
     _, view = await rerun(ctx, stop_strings=[stop], ignore_eos=True, include_stop=True)
     ctx.check.equal(
-        f"text of an output stopped by {stop!r} inside token {k} ({piece!r})",
-        text[: starts[k] + 2],
-        view.text,
+        f"text of an output stopped by {stop!r} inside token {k}", learned.text[: starts[k] + 2], view.text
     )
     ctx.check.equal("its token ids (the whole token included)", learned.token_ids[: k + 1], view.token_ids)
+
+
+@case("STOP-6", tag="inside-token-excluded", requires=("stop_strings", "tokenize", DETERMINISTIC))
+async def stop_inside_token_excluded(ctx: Ctx) -> None:
+    """A stop string that starts a token's text and ends inside it, not included: the text ends where the
+    token's text starts, and the token is still delivered and counted in completion_tokens."""
+    learned, starts, k, stop = await _cut_inside_a_token(ctx)
+    _, view = await rerun(ctx, stop_strings=[stop], ignore_eos=True)
+    ctx.check.equal(
+        f"text of an output stopped by {stop!r} inside token {k}", learned.text[: starts[k]], view.text
+    )
+    ctx.check.equal("its token ids (the whole token included)", learned.token_ids[: k + 1], view.token_ids)
+    finish = view.finish
+    ctx.check.equal(
+        "OutputFinished.completion_tokens (the cut token counted)",
+        k + 1,
+        finish.completion_tokens if finish else None,
+    )
 
 
 @case(

@@ -278,7 +278,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     # [parse_special_tokens]: parsing adds one token only where the default left the content text
     "REQ-8.1": ("REQ-8[chat-content]", "REQ-8[parse_special_tokens]"),
     "REQ-8.2": ("REQ-8[text]",),
-    "REQ-8.3": ("REQ-8[parse_special_tokens]",),
+    "REQ-8.3": ("REQ-8[parse_special_tokens]", "REQ-8[parse-as-default]"),
     "REQ-8.4": ("REQ-8[*]",),
     "SAMPLE-1.1": ("SAMPLE-1[defaults]", "SAMPLE-1[max_tokens-default]"),
     "SAMPLE-1.2": ("SAMPLE-1[temperature=0]", "SAMPLE-2[n]"),
@@ -287,7 +287,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "SAMPLE-3.1": ("SAMPLE-3",),
     "SAMPLE-3.2": ("SAMPLE-3[per-output]", "SAMPLE-3[first-of-n]"),
     "SAMPLE-4.1": ("SAMPLE-4",),
-    "SAMPLE-4.2": ("SAMPLE-4[picked]",),
+    "SAMPLE-4.2": ("SAMPLE-4[picked]", "SAMPLE-4[picked-n]"),
     "SAMPLE-5.1": ("SAMPLE-5[*]", "ERR-1[generated]", "CAP-5[max_stop_string_bytes]"),
     "SAMPLE-7.1": ("SAMPLE-7",),
     "SAMPLE-8.1": ("SAMPLE-8[*]", "SAMPLE-1[max_tokens-default]", "STREAM-2", "STREAM-4"),
@@ -321,7 +321,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "FINISH-5.2": ("FINISH-5[stop-token-is-eos]", "FINISH-5"),  # FINISH-5: the pool's stop token eos_ids[:1]
     "FINISH-6.1": ("FINISH-6",),
     "FINISH-6.2": ("FINISH-6", "FINISH-6[ignore_eos]"),
-    "FINISH-6.3": ("FINISH-6[stop-at-max-tokens]",),
+    "FINISH-6.3": ("FINISH-6[stop-at-max-tokens]", "FINISH-6[eos-at-max-tokens]"),
     "FINISH-7.1": ("FINISH-7", "CANCEL-2[deadline]"),
     "FINISH-7.2": ("FINISH-7", "CANCEL-2[deadline]"),
     "USAGE-1.1": ("USAGE-1", "ABORT-2[*]", "FLOW-2"),  # ABORT-2, FLOW-2: Usage on the terminal message
@@ -343,8 +343,8 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "STOP-4.2": ("STOP-4[ignore_eos]", "FINISH-6"),  # FINISH-6: ignore_eos outputs end LENGTH at max_tokens
     "STOP-5.1": ("STOP-5", "STOP-5[no-max-tokens]", "STOP-5[default]", "STOP-5[eos]"),
     "STOP-5.2": ("STOP-5", "STOP-5[eos]", "STOP-2[before-min-tokens]"),
-    "STOP-6.1": ("STOP-6[inside-token]", "STREAM-4"),
-    "STOP-6.2": ("STOP-6[inside-token]",),
+    "STOP-6.1": ("STOP-6[inside-token]", "STOP-6[inside-token-excluded]", "STREAM-4"),
+    "STOP-6.2": ("STOP-6[inside-token]", "STOP-6[inside-token-excluded]"),
     "STOP-7.1": ("STOP-7[*]", "STOP-1[stop-token]"),
     "N-1.1": ("N-1", "N-1[*]"),
     "N-2.1": ("N-2", "USAGE-2[tokenize]", "USAGE-3"),
@@ -358,8 +358,12 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "ABORT-5.1": ("ABORT-5", "ABORT-5[waiting]"),
     "ABORT-7.1": ("ABORT-7[*]",),
     "CANCEL-1.1": ("CANCEL-1[*]",),
-    "CANCEL-2.1": ("CANCEL-2[deadline]", "ABORT-3[stateful]"),  # the machine's deadlines, released
-    "CANCEL-2.2": ("CANCEL-2[deadline]",),
+    "CANCEL-2.1": (
+        "CANCEL-2[deadline]",
+        "CANCEL-2[held]",
+        "ABORT-3[stateful]",
+    ),  # the machine's deadlines, released
+    "CANCEL-2.2": ("CANCEL-2[deadline]", "CANCEL-2[held]"),
     "CANCEL-3.1": ("CANCEL-3", "CANCEL-3[shared-prefix]"),
     "ERR-1.1": ("ERR-1[*]", "SAMPLE-5[*]", "REQ-1[*]"),
     "ERR-2.1": ("ERR-2", "FLOW-2"),
@@ -416,7 +420,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "ADMIN-1.2": ("ADMIN-1",),
     "ADMIN-1.3": ("ADMIN-1",),
     "ADMIN-2.1": ("ADMIN-2[reload]",),
-    "ADMIN-2.2": ("ADMIN-2[refused]",),
+    "ADMIN-2.2": ("ADMIN-2[refused]", "ADMIN-2[refused-in-flight]"),
     "ADMIN-2.3": ("ADMIN-2[refused]",),
     # engine protocols (smg), through their drivers
     "SMG-1.1": ("SMG-1",),
@@ -441,8 +445,8 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "SRT-2.2": ("SRT-2", "SRT-1[text]"),
     "SRT-3.1": ("SRT-3", "SRT-4[rid]"),
     "SRT-3.2": ("SRT-3", "SRT-4[abort_all]"),
-    "SRT-4.1": ("SRT-4[rid]", "SRT-4[abort_all]", "ABORT-5"),
-    "SRT-4.2": ("SRT-4[rid]",),
+    "SRT-4.1": ("SRT-4[rid]", "SRT-4[one-of-two]", "SRT-4[abort_all]", "ABORT-5"),
+    "SRT-4.2": ("SRT-4[rid]", "SRT-4[one-of-two]"),
 }
 
 # MUST sentences one case observes on purpose: why a second case would only repeat the first. Every
