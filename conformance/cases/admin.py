@@ -262,3 +262,37 @@ async def reloaded_weights(ctx: Ctx) -> None:
     await ctx.cancel(running)  # not an Abort: this case judges the update, not ABORT-*
     ctx.check.equal("ModelInfo.weights_version after UpdateWeights", name, await _weights_version(ctx))
     ctx.check.equal("greedy tokens after reloading the same weights", before, await _greedy_tokens(ctx))
+
+
+@case(
+    "ADMIN-2", tag="reload-unnamed", requires=("weight_updates",), exclusive=True
+)  # retires the prefix cache
+async def reloaded_weights_unnamed(ctx: Ctx) -> None:
+    """With --weights-path: UpdateWeights without a weights_version, while n=2 outputs stream, fails
+    neither output, answers a non-empty weights_version of the server's choosing, and GetModelInfo
+    reports exactly that one from then on."""
+    path = ctx.session.access.weights_path
+    if not path:
+        raise CaseSkipped("no --weights-path: the harness knows no checkpoint on the server's host")
+    running = ctx.open(long_request(ctx, n=min(ctx.info.caps.max_outputs, 2)))
+    await first_delta(ctx, running)
+    reply = await ctx.call(
+        ctx.control.update_weights, UpdateWeightsRequest(model_path=path), timeout_s=ctx.budgets.stream_s
+    )
+    ctx.check.that(
+        bool(reply.weights_version), "UpdateWeightsResponse.weights_version, none sent", "non-empty", "''"
+    )
+    streaming = len(running.events)
+    await running.read_until(lambda e: e.seq >= streaming, ctx.budgets.prompt_s)
+    ctx.check.that(
+        len(running.events) > streaming and running.record.error is None,
+        "an n=2 stream in flight across UpdateWeights",
+        "streaming on, no RequestError",
+        running.record.summary(),
+    )
+    await ctx.cancel(running)  # not an Abort: this case judges the update, not ABORT-*
+    ctx.check.equal(
+        "ModelInfo.weights_version after an unnamed UpdateWeights",
+        reply.weights_version,
+        await _weights_version(ctx),
+    )

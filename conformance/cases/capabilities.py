@@ -307,6 +307,53 @@ async def stop_string_limit(ctx: Ctx) -> None:
     )
 
 
+UNLIMITED_STOP_STRING_BYTES = 4096  # 16 times the usual limit: what "no limit" must at least accept
+UNLIMITED_ABORT_IDS = 8192  # twice the usual limit
+
+
+def _limit_or_skip(ctx: Ctx, name: str) -> int:
+    limits = ctx.info.server.limits
+    if limits is None:
+        raise CaseSkipped("the server reports no ServerInfo.limits (contract revision 1)")
+    value = int(getattr(limits, name))
+    if value != 0:
+        raise CaseSkipped(f"limits.{name}={value}: a limit, not none")
+    return value
+
+
+@case("CAP-5", tag="no-stop-string-limit", requires=("stop_strings",))
+async def zero_stop_string_limit_is_none(ctx: Ctx) -> None:
+    """limits.max_stop_string_bytes = 0 is no limit: a stop string of 4 KiB is accepted."""
+    _limit_or_skip(ctx, "max_stop_string_bytes")
+    long_stop = "\u00e9" * (UNLIMITED_STOP_STRING_BYTES // 2)
+    record = await ctx.generate(request(ctx, max_tokens=1, stop_strings=[long_stop]))
+    ctx.check.that(
+        record.ended_ok and record.error is None,
+        f"a stop string of {UNLIMITED_STOP_STRING_BYTES} bytes with limits.max_stop_string_bytes = 0",
+        "accepted, status OK",
+        status_of(record),
+    )
+
+
+@case("CAP-5", tag="no-abort-ids-limit")
+async def zero_abort_ids_limit_is_none(ctx: Ctx) -> None:
+    """limits.max_abort_request_ids = 0 is no limit: an Abort naming 8192 unknown ids answers one
+    NOT_IN_FLIGHT each."""
+    _limit_or_skip(ctx, "max_abort_request_ids")
+    prefix = ctx.uid("no-limit")
+    ids = [f"{prefix}-{i}" for i in range(UNLIMITED_ABORT_IDS)]
+    outcome = await ctx.call_status(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=ids)))
+    answered = outcome.response.outcomes if outcome.response is not None else []
+    ctx.check.that(
+        outcome.status is None
+        and len(answered) == UNLIMITED_ABORT_IDS
+        and all(o.status == AbortStatus.NOT_IN_FLIGHT for o in answered),
+        f"an Abort naming {UNLIMITED_ABORT_IDS} unknown ids with limits.max_abort_request_ids = 0",
+        f"OK, {UNLIMITED_ABORT_IDS} NOT_IN_FLIGHT outcomes",
+        f"{outcome.code}, {len(answered)} outcomes: {outcome.message}",
+    )
+
+
 ABORT_IDS_TRIED = 100_000  # a server with a larger limit: too large an Abort to send for one case
 
 

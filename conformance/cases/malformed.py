@@ -30,9 +30,10 @@ from lmrpc.v1 import (
 GENERATE = "/lmrpc.v1.InferenceService/Generate"
 GET_LOAD = "/lmrpc.v1.ControlService/GetLoad"
 TOKENIZE = "/lmrpc.v1.ControlService/Tokenize"
+ABORT = "/lmrpc.v1.ControlService/Abort"
 RPCS = (  # request message type, method, capability it needs
     Variant({"type": "GenerateRequest", "path": GENERATE}, tag="GenerateRequest"),
-    Variant({"type": "AbortRequest", "path": "/lmrpc.v1.ControlService/Abort"}, tag="AbortRequest"),
+    Variant({"type": "AbortRequest", "path": ABORT}, tag="AbortRequest"),
     Variant(
         {"type": "TokenizeRequest", "path": "/lmrpc.v1.ControlService/Tokenize"},
         tag="TokenizeRequest",
@@ -185,6 +186,37 @@ async def length_prefix_over_the_limit(ctx: Ctx) -> None:
         ctx.check.equal(
             "a prefix over the limit, body not sent", "RESOURCE_EXHAUSTED", _status(result).split(":")[0]
         )
+        call.next_call()
+        call.start(GET_LOAD, metadata=_metadata(ctx))
+        call.send(frame(b""), end=True)
+        try:
+            after = await call.wait(ctx.budgets.rpc_s)
+            ctx.check.equal("GetLoad on the same connection afterwards", "OK", _status(after).split(":")[0])
+        except TimeoutError:
+            ctx.check.fail("GetLoad on the same connection afterwards", "OK", "no answer")
+    finally:
+        await call.__aexit__()
+
+
+@case("MALFORMED-3", tag="unary")
+async def length_prefix_over_the_limit_unary(ctx: Ctx) -> None:
+    """A unary call (Abort) whose length prefix declares the most a prefix can (4 GiB - 1) and is followed
+    by no byte at all is RESOURCE_EXHAUSTED at once; the connection lives on."""
+    _limits_or_skip(ctx)
+    limit = int(ctx.info.server.limits.max_message_bytes) if ctx.info.server.limits else 0
+    if not 0 < limit < 0xFFFFFFFF:
+        raise CaseSkipped(f"ServerInfo.limits.max_message_bytes={limit} leaves no length to go over")
+    call = await _h2(ctx)
+    what = "an Abort whose prefix declares 4 GiB - 1 bytes, nothing after it"
+    try:
+        call.start(ABORT, metadata=_metadata(ctx))
+        call.send(struct.pack(">BI", 0, 0xFFFFFFFF))
+        try:
+            result = await call.wait(ctx.budgets.rpc_s)
+        except TimeoutError:
+            ctx.check.fail(what, "RESOURCE_EXHAUSTED at once", "no answer")
+            return
+        ctx.check.equal(what, "RESOURCE_EXHAUSTED", _status(result).split(":")[0])
         call.next_call()
         call.start(GET_LOAD, metadata=_metadata(ctx))
         call.send(frame(b""), end=True)

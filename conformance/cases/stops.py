@@ -180,6 +180,28 @@ async def stop_inside_token_excluded(ctx: Ctx) -> None:
     )
 
 
+async def _cut_inside_a_character(
+    ctx: Ctx, prompt: str, *, after_a_character: bool = False
+) -> tuple[int, str]:
+    """k and the text of the first k learned tokens, where the k-th token ends inside a character (the text
+    ends with one U+FFFD and holds no other; ``after_a_character``: after a whole visible character)."""
+    learned = await learn(ctx, prompt)
+    if "\ufffd" in learned.text:
+        raise CaseSkipped("the learned output holds U+FFFD of its own (not UTF-8)")
+    ids = learned.token_ids
+    for k in range(1, len(ids)):
+        text = await ctx.detokenize(ids[:k])
+        if text.endswith("\ufffd") and "\ufffd" not in text.rstrip("\ufffd"):
+            if not after_a_character or (len(text) >= 2 and text[-2].strip()):
+                return k, text
+    raise CaseSkipped("no token of the learned output ends inside a character")
+
+
+CUT_CHARACTERS = (
+    "🙂🚀🎉 日本語"  # a model that echoes its prompt sends multi-byte characters split across tokens
+)
+
+
 @case(
     "STOP-2",
     tag="incomplete-end",
@@ -189,18 +211,8 @@ async def stop_inside_token_excluded(ctx: Ctx) -> None:
 async def no_stop_in_the_final_fffd(ctx: Ctx) -> None:
     """An output cut by max_tokens inside a character ends its text with U+FFFD (STREAM-4); that U+FFFD
     exists only once the output has ended, so the stop string "\ufffd" does not match it."""
-    prompt = "🙂🚀🎉 日本語"  # a model that echoes its prompt sends multi-byte characters split across tokens
-    learned = await learn(ctx, prompt)
-    if "\ufffd" in learned.text:
-        raise CaseSkipped("the learned output holds U+FFFD of its own (not UTF-8)")
-    ids = learned.token_ids
-    for k in range(1, len(ids)):
-        text = await ctx.detokenize(ids[:k])
-        if text.endswith("\ufffd") and "\ufffd" not in text.rstrip("\ufffd"):
-            break
-    else:
-        raise CaseSkipped("no token of the learned output ends inside a character")
-    req = pin(ctx, prompted(ctx, prompt, max_tokens=k, stop_strings=["\ufffd"], ignore_eos=True))
+    k, text = await _cut_inside_a_character(ctx, CUT_CHARACTERS)
+    req = pin(ctx, prompted(ctx, CUT_CHARACTERS, max_tokens=k, stop_strings=["\ufffd"], ignore_eos=True))
     view = ok(ctx, await ctx.generate(req)).outputs()[0]
     ctx.check.equal(
         f"finish of an output cut inside a character by max_tokens={k}, with stop string U+FFFD",
@@ -208,3 +220,23 @@ async def no_stop_in_the_final_fffd(ctx: Ctx) -> None:
         view.finish.reason if view.finish else None,
     )
     ctx.check.equal("its text (ending with the U+FFFD of the cut character)", text, view.text)
+
+
+@case(
+    "STOP-2",
+    tag="incomplete-end-suffix",
+    requires=("stop_strings", "tokenize", DETERMINISTIC),
+    sends=("scenario.stop-string-fffd-at-end",),
+)
+async def no_stop_across_the_final_fffd(ctx: Ctx) -> None:
+    """A stop string made of the last whole character and the U+FFFD that the cut adds does not match the
+    end of an output cut inside a character either: the output ends LENGTH and its U+FFFD is sent."""
+    k, text = await _cut_inside_a_character(ctx, CUT_CHARACTERS, after_a_character=True)
+    stop = text[-2:]
+    req = pin(ctx, prompted(ctx, CUT_CHARACTERS, max_tokens=k, stop_strings=[stop], ignore_eos=True))
+    view = ok(ctx, await ctx.generate(req)).outputs()[0]
+    ctx.check.equal(
+        f"(finish, text) of an output cut inside a character by max_tokens={k}, with stop string {stop!r}",
+        ("LENGTH", text),
+        (view.finish.reason.name if view.finish else None, view.text),
+    )

@@ -170,6 +170,27 @@ async def cold_prompt_uncached(ctx: Ctx) -> None:
     )
 
 
+@case("USAGE-7", tag="fresh-prompt", requires=("prefix_cache", "token_ids_input"))
+async def fresh_prompt_uncached(ctx: Ctx) -> None:
+    """A prompt of random token ids from the middle of the vocabulary, which no earlier prompt starts
+    with, reports cached_prompt_tokens = 0 without any FlushCache (and no admin role)."""
+    vocab = ctx.info.vocab_size
+    draw = random.Random(ctx.uid())
+    ids = [draw.randrange(vocab // 4, max(3 * vocab // 4, vocab // 4 + 1)) for _ in range(32)]
+    req = GenerateRequest(
+        request_id=ctx.uid(),
+        token_ids=TokenIds(ids=ids),
+        sampling=SamplingParams(temperature=0.0),
+        stopping=StoppingCriteria(max_tokens=2),
+    )
+    usage = ok(ctx, await ctx.generate(req)).usage
+    ctx.check.equal(
+        f"Usage.cached_prompt_tokens of a fresh prompt starting with token {ids[0]}",
+        0,
+        usage.cached_prompt_tokens if usage else None,
+    )
+
+
 def _window_request(ctx: Ctx, extra: int) -> GenerateRequest:
     prompt = [ctx.info.vocab_size - 1 - i for i in range(4)]
     return GenerateRequest(

@@ -331,13 +331,13 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "USAGE-4.1": ("USAGE-4", "CAP-2[combined]"),
     "USAGE-5.1": ("USAGE-5", "STOP-5*"),
     "USAGE-6.1": ("USAGE-6[*]",),
-    "USAGE-7.1": ("USAGE-7[after-flush]",),
+    "USAGE-7.1": ("USAGE-7[after-flush]", "USAGE-7[fresh-prompt]"),
     "STOP-1.1": ("STOP-1[stop-string]", "STOP-1[stop-token]", "STOP-4[eos]", "STREAM-4"),
     "STOP-1.2": ("STOP-1[include]", "STOP-6[inside-token]", "STREAM-4"),
     "STOP-1.3": ("STOP-1[stop-token]", "STOP-6[inside-token]"),
     "STOP-2.1": ("STOP-2", "STOP-2[later-entry]"),
     "STOP-2.2": ("STOP-2[before-min-tokens]", "STREAM-4"),  # STREAM-4: the pool's min_tokens
-    "STOP-2.3": ("STOP-2[incomplete-end]",),
+    "STOP-2.3": ("STOP-2[incomplete-end]", "STOP-2[incomplete-end-suffix]"),
     "STOP-3.1": ("STOP-3", "STOP-1[stop-token]"),
     "STOP-4.1": ("STOP-4[eos]", "STOP-7[eos]"),
     "STOP-4.2": ("STOP-4[ignore_eos]", "FINISH-6"),  # FINISH-6: ignore_eos outputs end LENGTH at max_tokens
@@ -392,7 +392,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "CAP-2.1": ("CAP-2[*]",),
     "CAP-3.1": ("CAP-3",),
     "CAP-5.1": ("CAP-5[max_stop_string_bytes]", "CAP-5[max_waiting_requests]"),
-    "CAP-5.2": ("CAP-5[max_stop_string_bytes]",),
+    "CAP-5.2": ("CAP-5[no-stop-string-limit]", "CAP-5[no-abort-ids-limit]"),
     "HEALTH-1.1": ("HEALTH-1", "HEALTH-1[in-flight]"),
     "HEALTH-1.2": ("HEALTH-1",),
     "HEALTH-1.3": ("HEALTH-1[paused]", "LIFE-3[pause]"),  # [pause]: with a stream stalled by the pause
@@ -419,7 +419,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "ADMIN-1.1": ("ADMIN-1",),
     "ADMIN-1.2": ("ADMIN-1",),
     "ADMIN-1.3": ("ADMIN-1",),
-    "ADMIN-2.1": ("ADMIN-2[reload]",),
+    "ADMIN-2.1": ("ADMIN-2[reload]", "ADMIN-2[reload-unnamed]"),
     "ADMIN-2.2": ("ADMIN-2[refused]", "ADMIN-2[refused-in-flight]"),
     "ADMIN-2.3": ("ADMIN-2[refused]",),
     # engine protocols (smg), through their drivers
@@ -486,6 +486,12 @@ SEEN_ONCE_BECAUSE: dict[str, str] = {
     "ADMIN-2.3": "the refusals a harness can cause on any host are a path that does not exist and one "
     "that holds no model (/dev/null), both sent by ADMIN-2[refused]; a model of another shape needs "
     "a checkpoint the harness does not have",
+    "REQ-7.2": "it takes a request that two requests' KV reservations cannot hold at once; "
+    "REQ-7[waits-for-capacity] builds that scene once (each needs 60 % of the cache), sees the second "
+    "accepted and waiting, and runs it once the first is aborted; a second case would build the same scene",
+    "SMG-5.1": "the states it names are reached only through the user's hooks or a crash: start-up is over "
+    "before a run begins, a worker's death is not the harness's to cause, and a drain ends the server, so "
+    "a run drains it once, in SMG-5[drain]",
     "LIFE-1.1": "only a shutdown begun by --drain-hook shows it, and the server is gone afterwards: a "
     "run drains it once, in LIFE-1[drain] (SMG-5[drain] runs the same body on the engine protocols)",
     "FLOW-2.1": "it takes a client that reads nothing for a whole stall timeout; FLOW-2 stalls one that "

@@ -158,7 +158,7 @@ def _trace_not_continued() -> None:
 EDGE_MUTANTS = (
     EdgeMutant("lax-decoding", "requests parsed by betterproto2 alone", frozenset({"MALFORMED-1[*]", "MALFORMED-2", "MALFORMED-2[nested]"}), _lax_decoding),
     EdgeMutant("first-message-only", "a unary call's extra or missing message goes unnoticed", frozenset({"MALFORMED-4[two-messages]", "MALFORMED-4[no-message]"}), _first_message_only),
-    EdgeMutant("limit-after-body", "the size limit is checked after the body was read", frozenset({"MALFORMED-3"}), _limit_after_body),
+    EdgeMutant("limit-after-body", "the size limit is checked after the body was read", frozenset({"MALFORMED-3", "MALFORMED-3[unary]"}), _limit_after_body),
     EdgeMutant("no-credit", "generation goes on for a client that does not read", frozenset({"FLOW-1"}), _no_credit),
     EdgeMutant("stall-as-aborted-finish", "a stalled request ends with ABORTED finishes", frozenset({"FLOW-2"}), _stall_as_aborted_finish),
     EdgeMutant("open-door", "calls without credentials are served", frozenset({"AUTH-1", "AUTH-1[every-rpc]"}), _open_door),

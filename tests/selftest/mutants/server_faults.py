@@ -127,6 +127,22 @@ class StopStringLimitMisreported(UnaryMutant):
         return reply
 
 
+class LimitsReportedAsNone(UnaryMutant):
+    name = "limits-reported-as-none"
+    fault = (
+        "ServerInfo.limits reports max_stop_string_bytes and max_abort_request_ids as 0 (none) while the "
+        "server enforces them"
+    )
+    expected = frozenset({"CAP-5[no-stop-string-limit]", "CAP-5[no-abort-ids-limit]"})
+    method = "get_server_info"
+
+    def edit(self, reply: Any) -> Any:
+        if reply.server.limits is not None:
+            reply.server.limits.max_stop_string_bytes = 0
+            reply.server.limits.max_abort_request_ids = 0
+        return reply
+
+
 class WindowOffByOne(Mutant):
     name = "window-off-by-one"
     fault = "a token_ids prompt whose max_tokens fills the context window exactly is rejected"
@@ -195,6 +211,7 @@ SERVER_FAULTS: tuple[type[Mutant], ...] = (
     EmbedReversed,
     EmbedIdNotEchoed,
     StopStringLimitMisreported,
+    LimitsReportedAsNone,
     WindowOffByOne,
     CapacityWaitRefused,
 )

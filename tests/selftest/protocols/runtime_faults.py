@@ -229,7 +229,7 @@ class CachedOverPrompt(RuntimeProxy):
     """cached_tokens on the finished response exceeds prompt_tokens (a count of cached blocks' slots)."""
 
     name = "runtime-cached-over-prompt"
-    expected = frozenset({"SRT-2", "USAGE-4", "USAGE-7[after-flush]"})
+    expected = frozenset({"SRT-2", "USAGE-4", "USAGE-7[after-flush]", "USAGE-7[fresh-prompt]"})
 
     async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         async for response in events:
