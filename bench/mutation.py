@@ -299,7 +299,12 @@ def judge(mutant: Mutant, source: str, scratch: Path) -> Verdict:
         ROOT / "reference_server", overlay / "reference_server", ignore=shutil.ignore_patterns("__pycache__")
     )
     (overlay / mutant.file).write_text(source, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(overlay), "PYTHONDONTWRITEBYTECODE": "1"}
+    # the mutated server first, then this tree's harness (not whichever tree an editable install names)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join((str(overlay), str(ROOT))),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     ready = scratch / "ready"
     ready.unlink(missing_ok=True)
     tokens = scratch / "tokens"

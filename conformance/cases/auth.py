@@ -213,7 +213,10 @@ async def a_client_cannot_stop_others(ctx: Ctx) -> None:
             )
             await _still_streaming(ctx, theirs, f"an admin's request after a client's {label}")
     finally:
-        await ctx.session.target.admin.abort(
+        admin = ctx.session.target.admin
+        # a server that let the client's pause through is paused: the cases after this one need it resumed
+        await admin.resume_generation(ResumeGenerationRequest(), timeout=ctx.budgets.rpc_s)
+        await admin.abort(
             AbortRequest(request_ids=RequestIds(ids=[theirs.record.request_id])), timeout=ctx.budgets.rpc_s
         )
     await theirs.finish(ctx.budgets.release_s)

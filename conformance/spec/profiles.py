@@ -733,6 +733,7 @@ SGLANG_RUNTIME = Profile(
         "USAGE-2[tokenize]": na("the driver sends Tokenize's ids: USAGE-2 is checked against them"),
         "FINISH-5[stop-token-is-eos]": na("one `matched` token id for an EOS token and a stop token alike"),
         "STOP-2[incomplete-end]": na("Generate's responses carry no text"),
+        "STOP-2[incomplete-end-suffix]": na("Generate's responses carry no text"),
         "LOAD-1[waiting]": na(
             "nothing arrives before the first token: a request waiting behind a pause is silent"
         ),

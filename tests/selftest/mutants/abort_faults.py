@@ -83,8 +83,9 @@ class AbortOutcomesDuplicated(Mutant):
             "ABORT-5",
             "ABORT-5[waiting]",
             "ABORT-6",
-            "EMBED-3",
             "CAP-5[max_abort_request_ids]",
+            "EMBED-3",
+            "EMBED-3[generate-id]",
         }
     )
 
@@ -158,7 +159,7 @@ class CancelTakesSamePrompt(Mutant):
 class DeadlineAsAborted(Mutant):
     name = "deadline-as-aborted"
     fault = "just before a call's deadline the server ends it itself, with ABORTED finishes and status OK"
-    expected = frozenset({"CANCEL-2[deadline]"})
+    expected = frozenset({"CANCEL-2[deadline]", "CANCEL-2[held]"})
 
     async def upstream_events(
         self, request: GenerateRequest, deadline: Any

@@ -122,7 +122,7 @@ class AbortNotCoveringChildren(Mutant):
 class LeakAfterCancel(Mutant):
     name = "leak-after-cancel"
     fault = "a cancelled call (or one past its deadline) keeps generating upstream for 1.6 release budgets"
-    expected = frozenset({"ABORT-3[stateful]", "CANCEL-1[*]", "CANCEL-2[deadline]"})
+    expected = frozenset({"ABORT-3[stateful]", "CANCEL-1[*]", "CANCEL-2[deadline]", "CANCEL-2[held]"})
     # Long enough that every release check sees the leak, short enough that what the state machine's
     # many cancels leak has ended before the next case needs the capacity (or the liveness probe).
     leak_s = 1.6 * SELFTEST_BUDGETS.release_s
@@ -175,11 +175,12 @@ class SeedIgnored(Mutant):
     fault = "SamplingParams.seed is dropped (the server picks one) but echoed in PromptInfo as if honoured"
     expected = frozenset(
         {
+            "SAMPLE-1[defaults]",
             "SAMPLE-3",
             "SAMPLE-3[first-of-n]",
             "SAMPLE-3[per-output]",
+            "SAMPLE-4[picked-n]",
             "SAMPLE-4[picked]",
-            "SAMPLE-1[defaults]",
             "STREAM-8[seeded]",
         }
     )
@@ -212,7 +213,7 @@ class RequestRewrite(Mutant):
 class TopKIgnored(RequestRewrite):
     name = "top-k-ignored"
     fault = "truncation_sampling is advertised but top_k is silently ignored"
-    expected = frozenset({"SAMPLE-7"})
+    expected = frozenset({"SAMPLE-7", "SAMPLE-7[seeded-n]"})
 
     def edit(self, request: GenerateRequest) -> None:
         if request.sampling is not None:
@@ -225,16 +226,21 @@ class TemperatureZeroAsUnset(RequestRewrite):
     # every case that compares greedy outputs of different requests sees sampled tokens
     expected = frozenset(
         {
+            "ADMIN-1[output_dir]",
+            "ADMIN-2[refused-in-flight]",
             "FINISH-5[stop-token-is-eos]",
+            "FINISH-6[eos-at-max-tokens]",
             "FINISH-6[stop-at-max-tokens]",
             "SAMPLE-1[temperature=0]",
             "SAMPLE-2[n]",
             "SAMPLE-7",
+            "SAMPLE-7[seeded-n]",
             "STOP-1[stop-string]",
             "STOP-1[stop-token]",
             "STOP-2[before-min-tokens]",
             "STOP-3",
             "STOP-4[eos]",
+            "STOP-6[inside-token-excluded]",
             "STOP-6[inside-token]",
             "STOP-7[eos]",
             "STOP-7[stop-token]",

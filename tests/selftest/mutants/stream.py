@@ -37,6 +37,7 @@ class MissingFinish(Mutant):
             "FINISH-1[stateful]",
             "FINISH-3",
             "SAMPLE-1[max_tokens-default]",
+            "STOP-2[incomplete-end-suffix]",
             "STOP-2[incomplete-end]",
             "STOP-4[ignore_eos]",
             "USAGE-3",
@@ -74,21 +75,26 @@ class CumulativeIds(Mutant):
     expected = frozenset(
         {
             "ABORT-1[mixed]",
-            "STREAM-5[every-byte]",
             "ABORT-2[mid-stream]",
             "ABORT-4[*]",
             "ABORT-5",
-            "CAP-2[combined]",  # its logprobs: one per token, fewer than the cumulative ids
+            "ADMIN-1[output_dir]",
+            "ADMIN-2[refused-in-flight]",
+            "CAP-2[combined]",
+            "FINISH-6[eos-at-max-tokens]",
             "FINISH-6[stop-at-max-tokens]",
             "SAMPLE-8[skip_special_tokens]",
             "STOP-1[stop-token]",
+            "STOP-2[incomplete-end-suffix]",
             "STOP-4[ignore_eos]",
+            "STOP-6[inside-token-excluded]",
             "STOP-6[inside-token]",
             "STOP-7[eos]",
             "STOP-7[stop-token]",
             "STREAM-2",
             "STREAM-4",
             "STREAM-5",
+            "STREAM-5[every-byte]",
             "STREAM-5[multibyte]",
             "STREAM-7",
             "STREAM-8[greedy]",
@@ -219,7 +225,13 @@ class StopStringLeaked(Mutant):
     fault = "the matched stop string is streamed as a last text delta (include_stop_in_output unset)"
     tolerated = frozenset({"STREAM-8*", "STREAM-10"})  # when a pooled final_only or text-less stream stops
     expected = frozenset(
-        {"STOP-1[stop-string]", "STOP-2[before-min-tokens]", "STOP-2[later-entry]", "STREAM-4"}
+        {
+            "STOP-1[stop-string]",
+            "STOP-2[before-min-tokens]",
+            "STOP-2[later-entry]",
+            "STOP-6[inside-token-excluded]",
+            "STREAM-4",
+        }
     )
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
@@ -275,6 +287,7 @@ class UnspecifiedReason(Mutant):
             "FINISH-6",
             "FINISH-6[ignore_eos]",
             "SAMPLE-1[max_tokens-default]",
+            "STOP-2[incomplete-end-suffix]",
             "STOP-2[incomplete-end]",
             "STOP-4[ignore_eos]",
         }

@@ -107,6 +107,7 @@ class TokenizeAddsBos(UnaryMutant):
     expected = frozenset(
         {
             "REQ-8[chat-content]",
+            "REQ-8[parse-as-default]",
             "REQ-8[parse_special_tokens]",
             "REQ-8[text]",
             "SAMPLE-8[add_generation_prompt]",
