@@ -170,24 +170,33 @@ async def cold_prompt_uncached(ctx: Ctx) -> None:
     )
 
 
+FRESH_DRAWS = 3  # a correct server reports 0 for at least one of them but with odds of about 1e-6
+
+
 @case("USAGE-7", tag="fresh-prompt", requires=("prefix_cache", "token_ids_input"))
 async def fresh_prompt_uncached(ctx: Ctx) -> None:
-    """A prompt of random token ids from the middle of the vocabulary, which no earlier prompt starts
-    with, reports cached_prompt_tokens = 0 without any FlushCache (and no admin role)."""
+    """A prompt of random token ids from the middle of the vocabulary reports cached_prompt_tokens = 0,
+    without any FlushCache (and no admin role). An earlier prompt may share its first token by chance
+    (about 1 in 100 here, token by token caches): of three fresh prompts, one must report 0."""
     vocab = ctx.info.vocab_size
     draw = random.Random(ctx.uid())
-    ids = [draw.randrange(vocab // 4, max(3 * vocab // 4, vocab // 4 + 1)) for _ in range(32)]
-    req = GenerateRequest(
-        request_id=ctx.uid(),
-        token_ids=TokenIds(ids=ids),
-        sampling=SamplingParams(temperature=0.0),
-        stopping=StoppingCriteria(max_tokens=2),
-    )
-    usage = ok(ctx, await ctx.generate(req)).usage
-    ctx.check.equal(
-        f"Usage.cached_prompt_tokens of a fresh prompt starting with token {ids[0]}",
-        0,
-        usage.cached_prompt_tokens if usage else None,
+    reported: list[tuple[int, int | None]] = []
+    for _ in range(FRESH_DRAWS):
+        ids = [draw.randrange(vocab // 4, max(3 * vocab // 4, vocab // 4 + 1)) for _ in range(32)]
+        req = GenerateRequest(
+            request_id=ctx.uid(),
+            token_ids=TokenIds(ids=ids),
+            sampling=SamplingParams(temperature=0.0),
+            stopping=StoppingCriteria(max_tokens=2),
+        )
+        usage = ok(ctx, await ctx.generate(req)).usage
+        reported.append((ids[0], usage.cached_prompt_tokens if usage else None))
+        if reported[-1][1] == 0:
+            return
+    ctx.check.fail(
+        f"Usage.cached_prompt_tokens of {FRESH_DRAWS} fresh random prompts",
+        "0 for at least one",
+        "; ".join(f"{cached} (first token {first})" for first, cached in reported),
     )
 
 

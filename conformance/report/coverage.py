@@ -42,6 +42,11 @@ def coverage_gaps(cases: Sequence[Case]) -> tuple[dict[str, list[str]], dict[str
         if not any(matches(pattern, c) for c in cases)
     ]
     gaps += stale_exceptions(observers)
+    gaps += [
+        f"sentence {sid}: only {observers[sid][0]} observes it, and SEEN_ONCE_BECAUSE says not why one case "
+        "is enough"
+        for sid in seen_once(observers)
+    ]
     return senders, observers, gaps
 
 
@@ -71,8 +76,7 @@ def seen_once_because(
 
 def seen_once(observers: dict[str, list[str]], because: Mapping[str, str] = SEEN_ONCE_BECAUSE) -> list[str]:
     """MUST sentences only one case observes and no exception explains: one timing change away from a
-    fault that escapes. Reported, not yet a gap: each needs a second case that sees the fault another
-    way."""
+    fault that escapes, so each is a gap until a second case sees the fault another way."""
     return [sid for sid, who in observers.items() if len(who) == 1 and sid not in because]
 
 

@@ -79,7 +79,7 @@ def test_list_coverage_has_no_gap(capsys: pytest.CaptureFixture[str]) -> None:
     excepted = report["seen_once_because"]
     assert excepted == SEEN_ONCE_BECAUSE and set(excepted) <= once  # no exception is stale
     assert all(reason.strip() for reason in excepted.values())
-    assert set(report["seen_once"]) == once - set(excepted)
+    assert report["seen_once"] == []  # every other sentence is seen by two cases
     assert "HEALTH-1.1" not in once  # two cases since HEALTH-1[in-flight]
 
 
