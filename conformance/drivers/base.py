@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from grpclib.client import Channel
 
@@ -34,6 +34,9 @@ from lmrpc.v1 import (
     ModelInfo,
     ServerInfo,
 )
+
+if TYPE_CHECKING:
+    from betterproto2.grpclib.grpclib_client import MetadataLike
 
 PROTOCOLS = GRPC_PROTOCOLS  # the protocols a Driver speaks (openai has its own client: drivers/openai/)
 
@@ -61,7 +64,12 @@ class Driver(ABC):
 
     @abstractmethod
     def events(
-        self, channel: Channel, request: GenerateRequest, deadline_s: float | None, findings: list[Finding]
+        self,
+        channel: Channel,
+        request: GenerateRequest,
+        deadline_s: float | None,
+        findings: list[Finding],
+        metadata: MetadataLike | None = None,
     ) -> AsyncGenerator[Decoded]:
         """One Generate call for ``request`` (already expressed), as lmrpc.v1 events. Raises what
         grpclib raises (a status before the first message, a deadline, a reset)."""

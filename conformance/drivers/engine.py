@@ -206,7 +206,12 @@ class EngineDriver(Driver):
 
     # ── Generate ─────────────────────────────────────────────
     async def events(
-        self, channel: Channel, request: GenerateRequest, deadline_s: float | None, findings: list[Finding]
+        self,
+        channel: Channel,
+        request: GenerateRequest,
+        deadline_s: float | None,
+        findings: list[Finding],
+        metadata: MetadataLike | None = None,
     ) -> AsyncGenerator[Decoded]:
         native = self.native_request(request)
         rid = request.request_id
@@ -219,6 +224,7 @@ class EngineDriver(Driver):
                 type(native),
                 self.response_type,
                 timeout=deadline_s,
+                metadata=metadata,
             ) as stream:
                 await stream.send_message(native, end=True)
                 while (message := await stream.recv_message()) is not None:
@@ -477,7 +483,7 @@ class EngineInference(InferenceServiceStub):
         metadata: MetadataLike | None = None,
     ) -> AsyncIterator[GenerateResponse]:
         findings: list[Finding] = []
-        events = self.driver.events(self.channel, self.driver.express(message), timeout, findings)
+        events = self.driver.events(self.channel, self.driver.express(message), timeout, findings, metadata)
         async for decoded in events:
             yield decoded.message
 

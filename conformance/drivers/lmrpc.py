@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
 
 from grpclib.client import Channel
 from grpclib.const import Cardinality
@@ -24,6 +25,9 @@ from lmrpc.v1 import (
     ServerInfo,
 )
 
+if TYPE_CHECKING:
+    from betterproto2.grpclib.grpclib_client import MetadataLike
+
 
 class LmrpcDriver(Driver):
     protocol = "lmrpc"
@@ -31,10 +35,20 @@ class LmrpcDriver(Driver):
     service = "lmrpc.v1.ControlService"
 
     async def events(
-        self, channel: Channel, request: GenerateRequest, deadline_s: float | None, findings: list[Finding]
+        self,
+        channel: Channel,
+        request: GenerateRequest,
+        deadline_s: float | None,
+        findings: list[Finding],
+        metadata: MetadataLike | None = None,
     ) -> AsyncGenerator[Decoded]:
         async with channel.request(
-            GENERATE, Cardinality.UNARY_STREAM, GenerateRequest, RawMessage, timeout=deadline_s
+            GENERATE,
+            Cardinality.UNARY_STREAM,
+            GenerateRequest,
+            RawMessage,
+            timeout=deadline_s,
+            metadata=metadata,
         ) as stream:
             await stream.send_message(request, end=True)
             while (raw := await stream.recv_message()) is not None:

@@ -407,7 +407,12 @@ class SglangRuntimeDriver(Driver):
 
     # ── Generate ─────────────────────────────────────────────
     async def events(
-        self, channel: Channel, request: GenerateRequest, deadline_s: float | None, findings: list[Finding]
+        self,
+        channel: Channel,
+        request: GenerateRequest,
+        deadline_s: float | None,
+        findings: list[Finding],
+        metadata: MetadataLike | None = None,
     ) -> AsyncGenerator[Decoded]:
         ids = await self.prompt_ids(channel, request, deadline_s)
         tokenized = GenerateRequest.parse(bytes(request))
@@ -423,6 +428,7 @@ class SglangRuntimeDriver(Driver):
                 rt.GenerateRequest,
                 rt.GenerateResponse,
                 timeout=deadline_s,
+                metadata=metadata,
             ) as stream:
                 await stream.send_message(native, end=True)
                 while (message := await stream.recv_message()) is not None:
@@ -669,7 +675,7 @@ class RuntimeInference(InferenceServiceStub):
         metadata: MetadataLike | None = None,
     ) -> AsyncIterator[GenerateResponse]:
         findings: list[Finding] = []
-        events = self.driver.events(self.channel, self.driver.express(message), timeout, findings)
+        events = self.driver.events(self.channel, self.driver.express(message), timeout, findings, metadata)
         async for decoded in events:
             yield decoded.message
 

@@ -202,7 +202,7 @@ _ENGINE: dict[str, Reading] = {
         "after a restart"
     ),
     "LIFE-1": na("a drain shows on the engine HealthCheck (SMG-5[drain])"),
-    "TRACE-1": na("not driven: its cases send lmrpc.v1's Generate with the header"),
+    "TRACE-1": reads("the caller's traceparent on the protocol's Generate call"),
     "SMG-5": reads(
         "a drain (--drain-hook): HealthCheck answers healthy=false, a new Generate is UNAVAILABLE and the "
         "streams in flight end with their finish and usage; the protocols report no drain time, so an "
@@ -689,7 +689,7 @@ SGLANG_RUNTIME = Profile(
         "EMBED-2": na("Embed is not driven"),
         "EMBED-3": na("Embed is not driven"),
         "LIFE-1": na("its drain is not driven yet (its health is the service's HealthCheck)"),
-        "TRACE-1": na("not driven: its cases send lmrpc.v1's Generate with the header"),
+        "TRACE-1": reads("the caller's traceparent on SglangService.Generate"),
         "SVC-4": reads(
             "GetServerInfo's uptime_seconds grows while the server runs and falls across a restart; the "
             "protocol names no instance"

@@ -18,6 +18,7 @@ from zoo_scope import SCOPE, scope_args
 
 from conformance.spec.coverage import CLASSES
 from conformance.spec.registry import all_cases, matches
+from reference_server.smg_gateway import free_port
 from reference_server.testing import ServerProcess
 
 from .lanes import Outcome, _cases, run_harness, triggered
@@ -170,16 +171,26 @@ def test_the_openai_api_through_sglangs_native_service(lanes: list[EngineLane]) 
 def test_the_default_fake_engine_passes_in_every_grpc_protocol() -> None:
     """``lmrpc-server --engine fake`` as a new user starts it (no token delay: tokens come far faster
     than a busy client reads them) must pass in lmrpc.v1 and both engine protocols: the harness
-    judges what the server did, never how far behind its own reading was (ABORT-2, ABORT-4)."""
+    judges what the server did, never how far behind its own reading was (ABORT-2, ABORT-4). With
+    spans exported to the harness, TRACE-1 runs (and passes) on every protocol's port."""
     REPORTS.mkdir(parents=True, exist_ok=True)
-    with ServerProcess(engine="fake", args=("--sglang-port", "0", "--sglang-runtime-port", "0")) as server:
+    otlp_port = free_port()
+    tracing = ("--otlp-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces")
+    with ServerProcess(
+        engine="fake", args=("--sglang-port", "0", "--sglang-runtime-port", "0", *tracing)
+    ) as server:
         for protocol in ("lmrpc", *ZOOS):
             target = server_target(server, protocol)
             extra = ("--protocol", protocol) + (("--assume", ASSUME[protocol]) if protocol in ASSUME else ())
+            extra += ("--otlp-listen", f"127.0.0.1:{otlp_port}")
             outcome = run_harness(
                 target, REPORTS, f"default-fake-{protocol}", time_scale=TIME_SCALE, extra=extra
             )
             assert outcome.failing == set() and outcome.exit_code == 0, _explain(outcome)
+            verdicts = {
+                c["id"]: c["verdict"] for c in outcome.report["cases"] if c["id"].startswith("TRACE-1")
+            }
+            assert verdicts == {"TRACE-1": "PASS", "TRACE-1[malformed]": "PASS"}, (protocol, verdicts)
 
 
 Job = tuple[str, type[EngineProxy]]
