@@ -73,6 +73,18 @@ async def first_delta(ctx: Ctx, stream: LiveStream) -> None:
         )
 
 
+async def still_streaming(ctx: Ctx, stream: LiveStream, what: str) -> None:
+    """Read until ``stream`` delivers one more message; it must, with no error and not ended."""
+    seen = len(stream.events)
+    await stream.read_until(lambda e: e.seq >= seen, ctx.budgets.prompt_s)
+    ctx.check.that(
+        len(stream.events) > seen and stream.record.error is None and not stream.done.is_set(),
+        what,
+        "still streaming",
+        stream.record.summary(),
+    )
+
+
 async def accepted(ctx: Ctx, stream: LiveStream) -> None:
     event = await stream.next(ctx.budgets.prompt_s)
     if event is None:

@@ -10,11 +10,12 @@ from grpclib.const import Status
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
-from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok, outputs_tokens
+from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok, outputs_tokens, still_streaming
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
+from conformance.stream.live import LiveStream
 from lmrpc.v1 import (
     FlushCacheRequest,
     GetModelInfoRequest,
@@ -156,8 +157,7 @@ async def profile_into_a_given_folder(ctx: Ctx) -> None:
                 Status.FAILED_PRECONDITION.name,
                 twice.code,
             )
-            recorded = len(spanning.events)
-            await spanning.read_until(lambda e: e.seq >= recorded, ctx.budgets.prompt_s)
+            await still_streaming(ctx, spanning, "a greedy request in flight while recording")
         finally:
             stopped = await ctx.call(ctx.control.stop_profile, StopProfileRequest())
         traces = list(stopped.trace_files)
@@ -167,16 +167,10 @@ async def profile_into_a_given_folder(ctx: Ctx) -> None:
             f"at least one, each inside {folder!r}",
             traces,
         )
-        after = len(spanning.events)
-        await spanning.read_until(lambda e: e.seq >= after, ctx.budgets.prompt_s)
+        await still_streaming(ctx, spanning, "a greedy request in flight after StopProfile")
     finally:
         await ctx.cancel(spanning)  # not an Abort: this case judges the profiler, not ABORT-*
-    got = spanning.record.outputs()[0].token_ids
-    alone = request(ctx, text, temperature=0.0, max_tokens=max(len(got), 1), ignore_eos=True)
-    want = outputs_tokens(ok(ctx, await ctx.generate(alone), "a greedy request alone"))[0]
-    ctx.check.equal(
-        f"the {len(got)} tokens of a greedy request across StartProfile and StopProfile", want, got
-    )
+    await _as_alone(ctx, text, spanning, "a greedy request across StartProfile and StopProfile")
 
 
 @case("ADMIN-2", tag="refused", requires=("weight_updates",))
@@ -212,23 +206,21 @@ async def refused_update_leaves_a_stream_alone(ctx: Ctx) -> None:
         ctx.check.equal(
             f"UpdateWeights of {NO_SUCH_PATH!r} while a request streams", "NOT_FOUND", outcome.code
         )
-        streaming = len(running.events)
-        await running.read_until(lambda e: e.seq >= streaming, ctx.budgets.prompt_s)
-        ctx.check.that(
-            len(running.events) > streaming and running.record.error is None,
-            "a stream in flight across a refused UpdateWeights",
-            "streaming on, no RequestError",
-            running.record.summary(),
-        )
+        await still_streaming(ctx, running, "a stream in flight across a refused UpdateWeights")
     finally:
         await ctx.cancel(running)  # not an Abort: this case judges the update, not ABORT-*
-    got = running.record.outputs()[0].token_ids
-    alone = request(ctx, text, temperature=0.0, max_tokens=max(len(got), 1), ignore_eos=True)
-    want = outputs_tokens(ok(ctx, await ctx.generate(alone), "a greedy request alone"))[0]
-    ctx.check.equal(f"the {len(got)} tokens of a greedy request across a refused update", want, got)
+    await _as_alone(ctx, text, running, "a greedy request across a refused update")
     ctx.check.equal(
         "ModelInfo.weights_version after the refused update", version, await _weights_version(ctx)
     )
+
+
+async def _as_alone(ctx: Ctx, text: str, stream: LiveStream, what: str) -> None:
+    """The tokens a (cancelled) greedy ``long_request(text)`` streamed are those of a greedy run alone."""
+    got = stream.record.outputs()[0].token_ids
+    alone = request(ctx, text, temperature=0.0, max_tokens=max(len(got), 1), ignore_eos=True)
+    want = outputs_tokens(ok(ctx, await ctx.generate(alone), "a greedy request alone"))[0]
+    ctx.check.equal(f"the {len(got)} tokens of {what}", want, got)
 
 
 async def _weights_version(ctx: Ctx) -> str:
@@ -251,14 +243,7 @@ async def reloaded_weights(ctx: Ctx) -> None:
     update = UpdateWeightsRequest(model_path=path, weights_version=name)
     reply = await ctx.call(ctx.control.update_weights, update, timeout_s=ctx.budgets.stream_s)
     ctx.check.equal("UpdateWeightsResponse.weights_version", name, reply.weights_version)
-    streaming = len(running.events)
-    await running.read_until(lambda e: e.seq >= streaming, ctx.budgets.prompt_s)
-    ctx.check.that(
-        len(running.events) > streaming and running.record.error is None,
-        "a stream in flight across UpdateWeights",
-        "streaming on, no RequestError",
-        running.record.summary(),
-    )
+    await still_streaming(ctx, running, "a stream in flight across UpdateWeights")
     await ctx.cancel(running)  # not an Abort: this case judges the update, not ABORT-*
     ctx.check.equal("ModelInfo.weights_version after UpdateWeights", name, await _weights_version(ctx))
     ctx.check.equal("greedy tokens after reloading the same weights", before, await _greedy_tokens(ctx))
@@ -282,14 +267,7 @@ async def reloaded_weights_unnamed(ctx: Ctx) -> None:
     ctx.check.that(
         bool(reply.weights_version), "UpdateWeightsResponse.weights_version, none sent", "non-empty", "''"
     )
-    streaming = len(running.events)
-    await running.read_until(lambda e: e.seq >= streaming, ctx.budgets.prompt_s)
-    ctx.check.that(
-        len(running.events) > streaming and running.record.error is None,
-        "an n=2 stream in flight across UpdateWeights",
-        "streaming on, no RequestError",
-        running.record.summary(),
-    )
+    await still_streaming(ctx, running, "an n=2 stream in flight across UpdateWeights")
     await ctx.cancel(running)  # not an Abort: this case judges the update, not ABORT-*
     ctx.check.equal(
         "ModelInfo.weights_version after an unnamed UpdateWeights",

@@ -12,12 +12,11 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
-from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok
+from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok, still_streaming
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
-from conformance.stream.live import LiveStream
 from lmrpc.v1 import (
     AbortRequest,
     AbortStatus,
@@ -180,7 +179,7 @@ async def every_rpc_needs_credentials(ctx: Ctx) -> None:
             ctx.check.equal(f"{label} without credentials", "UNAUTHENTICATED", await _status(call()))
         generate = InferenceServiceStub(stranger).generate(request(ctx, max_tokens=1))
         ctx.check.equal("Generate without credentials", "UNAUTHENTICATED", await _status(_drain(generate)))
-        await _still_streaming(ctx, running, "a request in flight after those calls")
+        await still_streaming(ctx, running, "a request in flight after those calls")
         load = await ctx.load()
         ctx.check.that(
             not load.paused, "Load.paused after a PauseGeneration without credentials", "false", load.paused
@@ -211,7 +210,7 @@ async def a_client_cannot_stop_others(ctx: Ctx) -> None:
             ctx.check.equal(
                 f"{label} with the client token", Status.PERMISSION_DENIED.name, await _status(call())
             )
-            await _still_streaming(ctx, theirs, f"an admin's request after a client's {label}")
+            await still_streaming(ctx, theirs, f"an admin's request after a client's {label}")
     finally:
         admin = ctx.session.target.admin
         # a server that let the client's pause through is paused: the cases after this one need it resumed
@@ -246,7 +245,7 @@ async def requests_belong_to_their_principal(ctx: Ctx) -> None:
         [v.finish.reason for v in mine_end.outputs().values() if v.finish],
     )
     for stream in theirs:
-        await _still_streaming(ctx, stream)
+        await still_streaming(ctx, stream, "the admin's request after a client aborted its id")
     pre = ctx.uid("pre")
     early = await ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[pre])))
     ctx.check.equal(
@@ -305,22 +304,9 @@ async def ids_in_flight_are_per_principal(ctx: Ctx) -> None:
             [o.status.name for o in mine_aborted.outcomes],
         )
         await mine.finish(ctx.budgets.release_s)
-        await _still_streaming(ctx, theirs)
+        await still_streaming(ctx, theirs, "the admin's request after a client aborted its id")
     finally:
         await ctx.session.target.admin.abort(
             AbortRequest(request_ids=RequestIds(ids=[shared])), timeout=ctx.budgets.rpc_s
         )
     await theirs.finish(ctx.budgets.release_s)
-
-
-async def _still_streaming(
-    ctx: Ctx, stream: LiveStream, what: str = "the admin's request after a client aborted its id"
-) -> None:
-    seen = len(stream.events)
-    await stream.read_until(lambda e, seen=seen: e.seq >= seen, ctx.budgets.prompt_s)  # type: ignore[misc]
-    ctx.check.that(
-        len(stream.events) > seen and stream.record.error is None and not stream.done.is_set(),
-        what,
-        "still streaming",
-        stream.record.summary(),
-    )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from grpclib.const import Status
 from hypothesis import strategies as st
 
-from conformance.cases._helpers import abort, first_delta
+from conformance.cases._helpers import abort, first_delta, still_streaming
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import Mismatch
 from conformance.harness.requests import long_request
@@ -181,14 +181,7 @@ async def embed_beside_generate_id(ctx: Ctx) -> None:
             ("OK", rid),
             (reply.code, answered),
         )
-        streaming = len(stream.events)
-        await stream.read_until(lambda e: e.seq >= streaming, ctx.budgets.prompt_s)
-        ctx.check.that(
-            len(stream.events) > streaming and stream.record.error is None and not stream.done.is_set(),
-            "the Generate after an Embed with its id",
-            "still streaming",
-            stream.record.summary(),
-        )
+        await still_streaming(ctx, stream, "the Generate after an Embed with its id")
     finally:
         aborted = await abort(ctx, rid)
     ctx.check.equal("Abort of the id the Generate and the Embed share", [(rid, "ABORTED")], aborted)

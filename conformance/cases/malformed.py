@@ -164,6 +164,18 @@ def _status(result: H2Result) -> str:
     return f"stream reset (error code {result.reset})" if result.reset is not None else "no status"
 
 
+async def _connection_lives_on(ctx: Ctx, call: H2Call) -> None:
+    """A GetLoad on the same HTTP/2 connection as the refused call is answered OK."""
+    call.next_call()
+    call.start(GET_LOAD, metadata=_metadata(ctx))
+    call.send(frame(b""), end=True)
+    try:
+        after = await call.wait(ctx.budgets.rpc_s)
+        ctx.check.equal("GetLoad on the same connection afterwards", "OK", _status(after).split(":")[0])
+    except TimeoutError:
+        ctx.check.fail("GetLoad on the same connection afterwards", "OK", "no answer")
+
+
 @case("MALFORMED-3")
 async def length_prefix_over_the_limit(ctx: Ctx) -> None:
     """A length prefix over max_message_bytes is RESOURCE_EXHAUSTED before the body; the connection lives on."""
@@ -186,14 +198,7 @@ async def length_prefix_over_the_limit(ctx: Ctx) -> None:
         ctx.check.equal(
             "a prefix over the limit, body not sent", "RESOURCE_EXHAUSTED", _status(result).split(":")[0]
         )
-        call.next_call()
-        call.start(GET_LOAD, metadata=_metadata(ctx))
-        call.send(frame(b""), end=True)
-        try:
-            after = await call.wait(ctx.budgets.rpc_s)
-            ctx.check.equal("GetLoad on the same connection afterwards", "OK", _status(after).split(":")[0])
-        except TimeoutError:
-            ctx.check.fail("GetLoad on the same connection afterwards", "OK", "no answer")
+        await _connection_lives_on(ctx, call)
     finally:
         await call.__aexit__()
 
@@ -217,14 +222,7 @@ async def length_prefix_over_the_limit_unary(ctx: Ctx) -> None:
             ctx.check.fail(what, "RESOURCE_EXHAUSTED at once", "no answer")
             return
         ctx.check.equal(what, "RESOURCE_EXHAUSTED", _status(result).split(":")[0])
-        call.next_call()
-        call.start(GET_LOAD, metadata=_metadata(ctx))
-        call.send(frame(b""), end=True)
-        try:
-            after = await call.wait(ctx.budgets.rpc_s)
-            ctx.check.equal("GetLoad on the same connection afterwards", "OK", _status(after).split(":")[0])
-        except TimeoutError:
-            ctx.check.fail("GetLoad on the same connection afterwards", "OK", "no answer")
+        await _connection_lives_on(ctx, call)
     finally:
         await call.__aexit__()
 

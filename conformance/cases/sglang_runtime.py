@@ -14,7 +14,7 @@ import itertools
 import json
 from typing import Any
 
-from conformance.cases._helpers import first_delta, ok, outputs_tokens
+from conformance.cases._helpers import first_delta, ok, outputs_tokens, still_streaming
 from conformance.cases._learned import DETERMINISTIC
 from conformance.cases.abort import expect_aborted_end
 from conformance.drivers.sglang_runtime import SglangRuntimeDriver
@@ -191,14 +191,7 @@ async def abort_one_rid_of_two(ctx: Ctx) -> None:
             reply.success, "Abort(rid) of one of two requests in flight", "success = true", reply.success
         )
         await expect_aborted_end(ctx, target, 1, "the aborted request")
-        streaming = len(bystander.events)
-        await bystander.read_until(lambda e: e.seq >= streaming, ctx.budgets.prompt_s)
-        ctx.check.that(
-            len(bystander.events) > streaming and not bystander.done.is_set(),
-            "the other request after Abort(rid) of the first",
-            "still streaming",
-            bystander.record.summary(),
-        )
+        await still_streaming(ctx, bystander, "the other request after Abort(rid) of the first")
     finally:
         await ctx.cancel(bystander)
     report(ctx, target.record, "SRT-2", "SRT-3")
