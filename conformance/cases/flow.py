@@ -143,6 +143,49 @@ async def held_request_resumes(ctx: Ctx) -> None:
     )
 
 
+@case("FLOW-1", tag="pause-then-read", exclusive=True, budget=2.0)
+async def paused_reader_gets_it_all(ctx: Ctx) -> None:
+    """A client that stops reading until the server holds its request (well inside the stall timeout),
+    then reads again, gets the whole output: however many held tokens it reads at once, the server gives
+    the request room again."""
+    limits = ctx.info.server.limits
+    if limits is None or not limits.max_parked_tokens:
+        raise CaseSkipped("the server reports no ServerInfo.limits.max_parked_tokens (contract revision 1)")
+    bound = _bound(limits)
+    max_tokens = bound + int(limits.max_parked_tokens)  # past what a server may run unread
+    if max_tokens > long_tokens(ctx):
+        raise CaseSkipped(f"a request can run {long_tokens(ctx)} tokens; this case needs {max_tokens}")
+    rate = await _tokens_per_second(ctx)
+    pause_s = SHOWN_AT * bound / rate  # long enough for the server to run into its bound and hold
+    stall = float(limits.stall_timeout_seconds)
+    if stall and pause_s > stall * 0.8:
+        raise CaseSkipped(
+            f"at {rate:.0f} tokens/s holding takes {pause_s:.1f} s, past the {stall:g} s stall timeout (FLOW-2)"
+        )
+    if pause_s + 2 * max_tokens / rate > ctx.budgets.case_s(2.0) / 2:
+        raise CaseSkipped(f"at {rate:.0f} tokens/s this case needs more time; run with a larger --time-scale")
+    call = await _stalled(ctx, ctx.uid("pause-then-read"), max_tokens)
+    try:
+        await asyncio.sleep(pause_s)
+        call.acknowledge()  # reads everything from now on
+        try:
+            await call.wait(max(ctx.budgets.stream_s, 2 * max_tokens / rate))
+        except TimeoutError:
+            ctx.check.fail(
+                f"a request of {max_tokens} tokens whose client paused {pause_s:.1f} s, then read",
+                f"LENGTH after {max_tokens} tokens",
+                f"no end ({len(call.result.messages())} messages so far)",
+            )
+    finally:
+        await call.__aexit__()
+    finishes = [m.finished for m in _messages(call) if m.finished is not None]
+    ctx.check.equal(
+        f"the end of a request of {max_tokens} tokens whose client paused {pause_s:.1f} s, then read",
+        [("LENGTH", max_tokens)],
+        [(f.reason.name, f.completion_tokens) for f in finishes],
+    )
+
+
 @case("FLOW-2", exclusive=True, budget=2.0)
 async def stalled_client_is_given_up(ctx: Ctx) -> None:
     """After the stall timeout the request is aborted and ends with RESOURCE_EXHAUSTED; later, a reset."""

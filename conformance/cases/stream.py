@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from conformance.cases._helpers import accepted, ok
+from conformance.cases._learned import DETERMINISTIC, learn, rerun, sendable, token_starts
 from conformance.harness.context import Ctx
 from conformance.harness.outcome import CaseSkipped, Mismatch
 from conformance.harness.requests import long_request, request
@@ -276,3 +277,36 @@ async def no_needless_holdback(ctx: Ctx) -> None:
         raise CaseSkipped(
             "every output came in one delta (the server merged them, STREAM-9): nothing held back to see"
         )
+
+
+def _stop_ending_a_token(text: str, starts: list[int]) -> tuple[str, int]:
+    """A 2-character stop string made of the end of token k's text (k not the last token), first found
+    there, and k."""
+    for k in range(1, len(starts) - 1):
+        end = starts[k + 1]
+        stop = text[end - 2 : end] if end >= 2 else ""
+        if len(stop) == 2 and stop.strip() and sendable(stop) and text.find(stop) == end - 2:
+            return stop, k
+    raise CaseSkipped(f"no token of the learned output {text!r} ends with 2 characters first found there")
+
+
+@case(
+    "STREAM-11",
+    tag="before-min-tokens",
+    requires=("stop_strings", "tokenize", DETERMINISTIC),
+    sends=("scenario.stop-before-min-tokens",),
+)
+async def no_holdback_of_an_early_occurrence(ctx: Ctx) -> None:
+    """A stop-string occurrence completed before the min_tokens-th token is ordinary text (STOP-2), and no
+    longer a prefix of anything to come: it is not kept back either, also when it ends exactly where its
+    token's text ends. Each delta brings all its tokens' text but an incomplete character and a proper
+    stop-string prefix."""
+    learned = await learn(ctx)
+    starts = await token_starts(ctx, learned.token_ids)
+    stop, completing = _stop_ending_a_token(learned.text, starts)
+    minimum = completing + 2  # the occurrence is completed by token `completing` (0-based)
+    record, _ = await rerun(ctx, stop_strings=[stop], min_tokens=minimum, ignore_eos=True)
+    found, looked = await holdback_mismatches(ctx, record, [stop])
+    ctx.check.extend(found)
+    if not looked:
+        raise CaseSkipped("the output came in one delta (the server merged them, STREAM-9): nothing to see")

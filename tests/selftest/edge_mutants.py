@@ -70,6 +70,26 @@ def _submitted_without_grants(self: RequestTable, state: RequestState, prompt_to
     state.granted = 10**12  # never grant: there is no limit to lift
 
 
+def _no_room_after_a_burst() -> None:
+    """The mutation sample's survivor (requests.py, the grant test negated): credit is granted again at
+    every read of less than half the window, and never after a read of more, so a client that reads a
+    burst of held tokens at once is never given room again."""
+
+    async def next_events(self: RequestState) -> list[Any]:
+        while not self._events and self.failure is None:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        events, self._events = self._events, []
+        self.taken_tokens += sum(len(e.token_ids) for e in events)
+        window = self.flow.window
+        if not (self.submitted and self.taken_tokens + window - self.granted >= window // 2):
+            self.granted = self.taken_tokens + window
+            self.flow.grant(self.rid, self.granted)
+        return events
+
+    RequestState.next_events = next_events  # type: ignore[method-assign]
+
+
 def _stall_as_aborted_finish() -> None:
     from reference_server.frontend import inference
 
@@ -160,6 +180,7 @@ EDGE_MUTANTS = (
     EdgeMutant("first-message-only", "a unary call's extra or missing message goes unnoticed", frozenset({"MALFORMED-4[two-messages]", "MALFORMED-4[no-message]"}), _first_message_only),
     EdgeMutant("limit-after-body", "the size limit is checked after the body was read", frozenset({"MALFORMED-3", "MALFORMED-3[unary]"}), _limit_after_body),
     EdgeMutant("no-credit", "generation goes on for a client that does not read", frozenset({"FLOW-1"}), _no_credit),
+    EdgeMutant("no-room-after-a-burst", "a client that reads a burst of held tokens is never given room again", frozenset({"FLOW-1[pause-then-read]"}), _no_room_after_a_burst),
     EdgeMutant("stall-as-aborted-finish", "a stalled request ends with ABORTED finishes", frozenset({"FLOW-2"}), _stall_as_aborted_finish),
     EdgeMutant("open-door", "calls without credentials are served", frozenset({"AUTH-1", "AUTH-1[every-rpc]"}), _open_door),
     EdgeMutant("wrong-refusal-code", "missing credentials answer PERMISSION_DENIED", frozenset({"AUTH-1", "AUTH-1[every-rpc]"}), _wrong_refusal_code),
