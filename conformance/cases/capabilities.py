@@ -311,20 +311,20 @@ UNLIMITED_STOP_STRING_BYTES = 4096  # 16 times the usual limit: what "no limit" 
 UNLIMITED_ABORT_IDS = 8192  # twice the usual limit
 
 
-def _limit_or_skip(ctx: Ctx, name: str) -> int:
+def _zero_limit_or_skip(ctx: Ctx, name: str) -> None:
+    """SKIP unless ServerInfo.limits reports ``name`` as 0 (none)."""
     limits = ctx.info.server.limits
     if limits is None:
         raise CaseSkipped("the server reports no ServerInfo.limits (contract revision 1)")
     value = int(getattr(limits, name))
     if value != 0:
         raise CaseSkipped(f"limits.{name}={value}: a limit, not none")
-    return value
 
 
 @case("CAP-5", tag="no-stop-string-limit", requires=("stop_strings",))
 async def zero_stop_string_limit_is_none(ctx: Ctx) -> None:
     """limits.max_stop_string_bytes = 0 is no limit: a stop string of 4 KiB is accepted."""
-    _limit_or_skip(ctx, "max_stop_string_bytes")
+    _zero_limit_or_skip(ctx, "max_stop_string_bytes")
     long_stop = "\u00e9" * (UNLIMITED_STOP_STRING_BYTES // 2)
     record = await ctx.generate(request(ctx, max_tokens=1, stop_strings=[long_stop]))
     ctx.check.that(
@@ -339,7 +339,7 @@ async def zero_stop_string_limit_is_none(ctx: Ctx) -> None:
 async def zero_abort_ids_limit_is_none(ctx: Ctx) -> None:
     """limits.max_abort_request_ids = 0 is no limit: an Abort naming 8192 unknown ids answers one
     NOT_IN_FLIGHT each."""
-    _limit_or_skip(ctx, "max_abort_request_ids")
+    _zero_limit_or_skip(ctx, "max_abort_request_ids")
     prefix = ctx.uid("no-limit")
     ids = [f"{prefix}-{i}" for i in range(UNLIMITED_ABORT_IDS)]
     outcome = await ctx.call_status(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=ids)))

@@ -170,7 +170,7 @@ async def cold_prompt_uncached(ctx: Ctx) -> None:
     )
 
 
-FRESH_DRAWS = 3  # a correct server reports 0 for at least one of them but with odds of about 1e-6
+FRESH_DRAWS = 3  # a correct server reports cached tokens for all three with odds of about 1e-6
 
 
 @case("USAGE-7", tag="fresh-prompt", requires=("prefix_cache", "token_ids_input"))
