@@ -22,6 +22,12 @@ Workloads, every request sent as the same token ids to every server (chat-templa
   max_tokens 1; its TTFT.
 Each round visits every setting on every server in turn; medians over rounds are reported,
 with the load average (the machine may be shared: compare only numbers from one run).
+
+The limit beside every one-stream figure: before the servers start, ``bench/bandwidth.py``
+measures the machine's memory read bandwidth at 1 thread, at ``--threads`` and on all cores. A
+one-stream decode step reads every weight once, so its tokens/s is at most the bandwidth at the
+server's threads divided by the bytes of its weights (its GGUF's size; lmrpc reads the bf16
+values); the table prints each one-stream figure as a fraction of that limit.
 The llama-server binary is built by ``bench/build_llama_server.sh`` (``--build`` runs it).
 """
 
@@ -45,6 +51,7 @@ from typing import Protocol
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bandwidth import read_bandwidth_gbps
 from gguf_bf16 import ensure_bf16
 from llama_cpp import LlamaServer, llama_server_binary
 
@@ -217,6 +224,28 @@ def print_tables(table: dict[str, dict[str, dict[str, float]]], targets: list[st
             print("| " + " | ".join(cells) + " |")
 
 
+def print_limits(
+    table: dict[str, dict[str, dict[str, float]]],
+    targets: list[str],
+    threads: int,
+    bandwidth_gbps: dict[int, float],
+    weight_bytes: dict[str, int],
+) -> None:
+    """Each one-stream figure against the memory-bound limit: bandwidth / bytes read per token."""
+    one = table.get("streams=1")
+    if not one:
+        return
+    gbps = bandwidth_gbps[threads]
+    head = ["threads", "target", "1-stream tok/s", "weights MB", f"limit tok/s ({gbps:.1f} GB/s)", "of limit"]
+    print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for name in targets:
+        size = weight_bytes.get(name)
+        if name not in one or size is None:
+            continue
+        tps, limit = one[name]["tokens_per_s"], gbps * 1e9 / size
+        print(f"| {threads} | {name} | {tps:.1f} | {size / 1e6:.0f} | {limit:.1f} | {tps / limit:.0%} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -242,6 +271,10 @@ def main() -> None:
     binary = llama_server_binary(build=args.build)
     bf16 = ensure_bf16(Path(source.path))
     context = max([8192, *(n + 16 for n in prefill_lengths)]) + max(concurrency) * (args.max_tokens + 64)
+    bandwidth = {n: read_bandwidth_gbps(n) for n in sorted({1, args.threads, os.cpu_count() or 1})}
+    print("read bandwidth: " + ", ".join(f"{n} thread(s) {g:.1f} GB/s" for n, g in bandwidth.items()))
+    weight_bytes = {"lmrpc": bf16.stat().st_size, "llama.cpp bf16": bf16.stat().st_size}
+    weight_bytes["llama.cpp Q4_1"] = Path(source.path).stat().st_size
     lmrpc_args = ["--threads", str(args.threads), "--no-embedding", "--kv-tokens", "32768"]
     lmrpc_args += ["--max-running", str(max(64, *concurrency))]
     print(f"llama-server: {binary}\nbf16 GGUF: {bf16}\nthreads {args.threads}, max_tokens {args.max_tokens}, "
@@ -296,12 +329,21 @@ def main() -> None:
                     )
     table = summarize(samples, names)
     print_tables(table, names, args.threads)
+    print_limits(table, names, args.threads, bandwidth, weight_bytes)
     loads = [s.load_average for s in samples]
     print(f"\nload average (1 min) during the run: median {statistics.median(loads):.2f}, "
           f"max {max(loads):.2f} ({os.cpu_count()} cores)")  # fmt: skip
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"samples": [asdict(s) for s in samples], "medians": table}, indent=2)
+            json.dumps(
+                {
+                    "samples": [asdict(s) for s in samples],
+                    "medians": table,
+                    "read_bandwidth_gbps": bandwidth,
+                    "weight_bytes": weight_bytes,
+                },
+                indent=2,
+            )
         )
 
 
