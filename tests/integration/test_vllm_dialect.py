@@ -363,13 +363,16 @@ def test_kv_events_live_snapshot_and_replay(kv_server: ServerProcess) -> None:
 
 
 def test_lmrpc_is_still_served_on_the_same_port(fake_server: ServerProcess) -> None:
-    async def body() -> str:
-        async with LmrpcClient.connect(fake_server.target) as client:
-            return (
-                await client.generate(GenerateRequest(text="hello", stopping=StoppingCriteria(max_tokens=3)))
-            ).text
+    """Greedy, so the fake engine's answer is known (sampled, its first token is EOS one time in 50)."""
 
-    assert asyncio.run(body())
+    async def body() -> str:
+        request = GenerateRequest(
+            text="hello", sampling=SamplingParams(temperature=0.0), stopping=StoppingCriteria(max_tokens=3)
+        )
+        async with LmrpcClient.connect(fake_server.target) as client:
+            return (await client.generate(request)).text
+
+    assert asyncio.run(body()) == "hello" * 3
 
 
 def test_no_vllm_dialect_serves_lmrpc_alone() -> None:
