@@ -1,7 +1,8 @@
 """lmrpc against llama.cpp's llama-server on the same model, same threads, one interleaved run.
 
     python bench/anchors.py [--threads 1] [--concurrency 1,8,32] [--rounds 3] [--seconds 12]
-                            [--prefill 2048,8000] [--prefill-rounds 1] [--build] [--json out.json]
+                            [--prefill 2048,8000] [--prefill-rounds 1] [--context 4096,8000]
+                            [--build] [--json out.json]
 
 Servers, all started once and left up (an idle one uses no CPU):
 - ``lmrpc``: the reference server (``--engine model``), bf16 weights dequantized from the
@@ -20,6 +21,9 @@ Workloads, every request sent as the same token ids to every server (chat-templa
   gives a TTFT sample (p50, p99);
 - prefill: one request of exactly N prompt tokens (unique per round, so no cache helps) and
   max_tokens 1; its TTFT.
+- context: one stream decoding ``--context-tokens`` tokens after a prompt of exactly N tokens
+  (unique per round): its TTFT, and its decode tokens/s from the first token to the last, which
+  a long conversation's user meets; printed beside the server's own one-stream short-prompt rate.
 Each round visits every setting on every server in turn; medians over rounds are reported,
 with the load average (the machine may be shared: compare only numbers from one run).
 
@@ -57,6 +61,7 @@ from llama_cpp import LlamaServer, llama_server_binary
 
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
+from reference_server.engine.native.kernels import unavailable_reason
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle, load_tokenizer
 from reference_server.testing import ServerProcess
@@ -152,6 +157,18 @@ async def streams(
     return tokens / seconds, ttfts, len(ttfts)
 
 
+async def long_context_decode(target: Target, prompt: list[int], max_tokens: int) -> tuple[float, float]:
+    """TTFT in seconds, and decode tokens/s from the first event to the last."""
+    started = time.perf_counter()
+    events: list[tuple[float, int]] = []
+    async for count in target.stream(prompt, max_tokens):
+        events.append((time.perf_counter(), count))
+    decoded = sum(count for _, count in events[1:])
+    if not decoded:
+        raise RuntimeError(f"{target.name} streamed one event for a {len(prompt)}-token prompt")
+    return events[0][0] - started, decoded / (events[-1][0] - events[0][0])
+
+
 async def first_token(target: Target, prompt: list[int]) -> float:
     started = time.perf_counter()
     async for _ in target.stream(prompt, 1):
@@ -174,6 +191,21 @@ def long_prompt(tokenizer: TokenizerBundle, num_tokens: int, salt: int) -> list[
     """Exactly ``num_tokens`` ids of plain prose, different from the first token on per salt."""
     ids = tokenizer.encode(f"Document {salt}. " + FILLER * (num_tokens // 30 + 2))
     return ids[:num_tokens]
+
+
+# ── the machine ─────────────────────────────────────────────────────────────────────────────
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def native_kernels_or_why() -> str:
+    reason = unavailable_reason()
+    return "native (AVX512-BF16)" if reason is None else f"torch ({reason})"
 
 
 # ── driver ──────────────────────────────────────────────────────────────────────────────────
@@ -222,6 +254,20 @@ def print_tables(table: dict[str, dict[str, dict[str, float]]], targets: list[st
             cells = [str(threads), setting.removeprefix("prefill=")] + [f"{secs[t]:.2f}" for t in targets]
             cells += [f"{secs[lmrpc] / secs[a]:.2f}" for a in anchors]
             print("| " + " | ".join(cells) + " |")
+    contexts = [s for s in table if s.startswith("context=")]
+    if contexts:
+        short = table.get("streams=1", {})
+        head = ["threads", "context tokens"] + [f"{t} decode tok/s" for t in targets]
+        head += [f"{lmrpc} / {a}" for a in anchors] + [f"{t} / its 1-stream" for t in targets if t in short]
+        head += [f"{t} TTFT s" for t in targets]
+        print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+        for setting in contexts:
+            tps = {t: table[setting][t]["tokens_per_s"] for t in targets}
+            cells = [str(threads), setting.removeprefix("context=")] + [f"{tps[t]:.1f}" for t in targets]
+            cells += [f"{tps[lmrpc] / tps[a]:.2f}" for a in anchors]
+            cells += [f"{tps[t] / short[t]['tokens_per_s']:.0%}" for t in targets if t in short]
+            cells += [f"{table[setting][t]['ttft_p50_ms'] / 1000:.2f}" for t in targets]
+            print("| " + " | ".join(cells) + " |")
 
 
 def print_limits(
@@ -258,6 +304,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--prefill", default="2048,8000", help="prompt lengths for TTFT ('' for none)")
     parser.add_argument("--prefill-rounds", type=int, default=1)
+    parser.add_argument(
+        "--context", default="4096,8000", help="prompt lengths for long-context decode ('' for none)"
+    )
+    parser.add_argument(
+        "--context-tokens", type=int, default=64, help="tokens decoded after each long prompt"
+    )
     parser.add_argument("--lmrpc-extra", default=None, help="also run an lmrpc server with these args")
     parser.add_argument("--skip-q4", action="store_true", help="no llama.cpp Q4_1 server")
     parser.add_argument("--build", action="store_true", help="build llama-server if it is missing")
@@ -265,12 +317,15 @@ def main() -> None:
     args = parser.parse_args()
     concurrency = [int(c) for c in args.concurrency.split(",")]
     prefill_lengths = [int(n) for n in args.prefill.split(",") if n]
+    context_lengths = [int(n) for n in args.context.split(",") if n]
     source = resolve_model(None)
     tokenizer = load_tokenizer(source)
     prompts = chat_prompts(tokenizer, 64)
     binary = llama_server_binary(build=args.build)
     bf16 = ensure_bf16(Path(source.path))
-    context = max([8192, *(n + 16 for n in prefill_lengths)]) + max(concurrency) * (args.max_tokens + 64)
+    longest = [n + 16 for n in prefill_lengths] + [n + args.context_tokens + 16 for n in context_lengths]
+    context = max([8192, *longest]) + max(concurrency) * (args.max_tokens + 64)
+    print(f"CPU: {cpu_model()}; lmrpc kernels: {native_kernels_or_why()}")
     bandwidth = {n: read_bandwidth_gbps(n) for n in sorted({1, args.threads, os.cpu_count() or 1})}
     print("read bandwidth: " + ", ".join(f"{n} thread(s) {g:.1f} GB/s" for n, g in bandwidth.items()))
     weight_bytes = {"lmrpc": bf16.stat().st_size, "llama.cpp bf16": bf16.stat().st_size}
@@ -327,6 +382,13 @@ def main() -> None:
                     record(
                         Sample(target.name, f"prefill={length}", r, 0.0, ttft, ttft, 1, os.getloadavg()[0])
                     )
+        for r in range(args.prefill_rounds):
+            for length in context_lengths:
+                prompt = long_prompt(tokenizer, length, salt=1000 + r)
+                for target in targets:
+                    ttft_s, tps = asyncio.run(long_context_decode(target, prompt, args.context_tokens))
+                    ms = ttft_s * 1000
+                    record(Sample(target.name, f"context={length}", r, tps, ms, ms, 1, os.getloadavg()[0]))
     table = summarize(samples, names)
     print_tables(table, names, args.threads)
     print_limits(table, names, args.threads, bandwidth, weight_bytes)
@@ -340,6 +402,8 @@ def main() -> None:
                     "samples": [asdict(s) for s in samples],
                     "medians": table,
                     "read_bandwidth_gbps": bandwidth,
+                    "cpu": cpu_model(),
+                    "lmrpc_kernels": native_kernels_or_why(),
                     "weight_bytes": weight_bytes,
                 },
                 indent=2,

@@ -53,7 +53,9 @@ def main(target: str, pb_dir: str) -> None:
         except grpc.RpcError as exc:
             seen["bad_code"] = exc.code().name
             seen["bad_details"] = exc.details()
-        stream = generate(inference_pb2.GenerateRequest(text="cancel me"), timeout=30)
+        long = inference_pb2.GenerateRequest(text="cancel me")
+        long.stopping.max_tokens, long.stopping.ignore_eos = 4000, True  # still running when cancelled
+        stream = generate(long, timeout=30)
         next(stream)
         stream.cancel()
         seen["cancelled"] = stream.cancelled()
