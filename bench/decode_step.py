@@ -1,10 +1,10 @@
 """Where one decode step goes at 1 stream, and before/after comparisons of it.
 
     python bench/decode_step.py [--threads 1] [--steps 96] [--rounds 3] [--trees DIR,DIR,...]
-                                [--kernels torch|native] [--json out.json]
+                                [--kernels torch|native] [--context 48] [--json out.json]
 
 In-process, no gRPC: a ``ModelEngine`` (bf16, the embedded model, ``--weights``) decodes one greedy
-request (a ~48-token chat prompt, EOS ignored) and every step is timed; then the parts of the
+request (a 48-token prompt, or ``--context`` tokens, EOS ignored) and every step is timed; then the parts of the
 same step are timed alone, at the same shapes, in the same process:
 - ``projections``: the 120 layer projections and the LM head on the padded decode rows;
 - ``attention``: the step's attention plan and the 30 layers' ``attention.forward``;
@@ -45,7 +45,7 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def measure(threads: int, steps: int, weights: str, kernels: str) -> dict[str, float]:
+def measure(threads: int, steps: int, weights: str, kernels: str, context: int) -> dict[str, float]:
     """Medians in ms of each part of a decode step (run inside the tree under test)."""
     import torch
 
@@ -63,7 +63,7 @@ def measure(threads: int, steps: int, weights: str, kernels: str) -> dict[str, f
     )
     greedy = SamplingConfig(0.0, 1.0, 0, 0.0, 0.0, 0.0, 1.0, 0)
     detokenize = DetokenizeConfig(True, True, (), False, 0)
-    prompt = list(range(1000, 1048))
+    prompt = list(range(1000, 1000 + context))
 
     def submit(rid: str, max_tokens: int) -> None:
         stopping = StoppingConfig(max_tokens, 0, (), True)
@@ -118,7 +118,8 @@ def measure(threads: int, steps: int, weights: str, kernels: str) -> dict[str, f
             for index in range(c.num_layers):
                 engine.attention.forward(index, q, kv, kv)
 
-    parts["attention"] = median_ms(attention, repeats)
+    # a native step plans no torch attention, so there is nothing of it to time at this shape
+    parts["attention"] = float("nan") if runner.native is not None else median_ms(attention, repeats)
     for _ in range(steps - steps // 2):
         start = time.perf_counter()
         engine.step()
@@ -132,7 +133,7 @@ def measure(threads: int, steps: int, weights: str, kernels: str) -> dict[str, f
 def run_tree(tree: str, args: argparse.Namespace) -> dict[str, float]:
     command = [
         sys.executable, __file__, "--single", "--threads", str(args.threads),
-        "--steps", str(args.steps), "--weights", args.weights,
+        "--steps", str(args.steps), "--weights", args.weights, "--context", str(args.context),
     ]  # fmt: skip
     if args.kernels != "torch":  # trees from before the native kernels know no such option
         command += ["--kernels", args.kernels]
@@ -151,12 +152,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--weights", default="dense", choices=("dense", "int4"))
     parser.add_argument("--kernels", default="torch", choices=("torch", "native"))
+    parser.add_argument("--context", type=int, default=48, help="prompt tokens before the timed decode")
     parser.add_argument("--trees", default=str(Path(__file__).resolve().parents[1]))
     parser.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.single:
-        print(json.dumps(measure(args.threads, args.steps, args.weights, args.kernels)))
+        print(json.dumps(measure(args.threads, args.steps, args.weights, args.kernels, args.context)))
         return
     trees = args.trees.split(",")
     samples: dict[str, list[dict[str, float]]] = {tree: [] for tree in trees}
@@ -166,8 +168,15 @@ def main() -> None:
             samples[tree].append(run_tree(tree, args))
             loads.append(os.getloadavg()[0])
             print(f"round {round_index + 1} {tree}: {samples[tree][-1]}", file=sys.stderr)
-    report: dict[str, Any] = {"threads": args.threads, "load_average": statistics.median(loads), "trees": {}}
-    print(f"threads {args.threads}, load average median {statistics.median(loads):.2f} max {max(loads):.2f}")
+    report: dict[str, Any] = {
+        "context": args.context,
+        "threads": args.threads,
+        "load_average": statistics.median(loads),
+        "trees": {},
+    }
+    print(
+        f"context {args.context}, threads {args.threads}, load average median {statistics.median(loads):.2f} max {max(loads):.2f}"
+    )
     print(f"{'tree':<40} " + " ".join(f"{p:>12}" for p in PARTS) + "   tok/s")
     for tree, rounds in samples.items():
         medians = {p: statistics.median(r[p] for r in rounds) for p in PARTS}

@@ -97,11 +97,20 @@ def test_threads_do_not_change_native_tokens(engine: ModelEngine, tokenizer: Tok
     assert one.logprobs[("one", 0)] == two.logprobs[("two", 0)]
 
 
+LONG_QUESTION = "Summarize this: " + " ".join(
+    f"item {i} is a {('red', 'green', 'blue')[i % 3]} box;" for i in range(40)
+)
+
+
+@pytest.mark.parametrize("question", ["Name three primary colors.", LONG_QUESTION], ids=["short", "long"])
 def test_a_token_is_the_same_decoded_prefilled_or_cached(
-    engine: ModelEngine, tokenizer: TokenizerBundle
+    engine: ModelEngine, tokenizer: TokenizerBundle, question: str
 ) -> None:
+    """A decode row reads its keys straight from the pool (every KV head in lockstep, values in spans
+    of 64 keys); a prompt chunk gathers them first. The long question (over 300 tokens) crosses many
+    blocks and spans."""
     engine.flush_cache()
-    prompt = chat(tokenizer, "Name three primary colors.")
+    prompt = chat(tokenizer, question)
     decoded = run(engine, {0: [request("decoded", prompt, max_tokens=12, top_logprobs=0)]})
     answer = decoded.tokens[("decoded", 0)]
     engine.flush_cache()

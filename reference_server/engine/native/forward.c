@@ -18,6 +18,8 @@
 
 typedef uint16_t bf16;
 
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+
 typedef struct {
     int32_t num_layers, hidden, intermediate, num_heads, num_kv_heads, head_dim, vocab;
     int32_t table_width, max_positions;
@@ -169,16 +171,82 @@ static inline __m512 exp_ps(__m512 x) {
 }
 
 /* ── attention ───────────────────────────────────────────────────────────────────────────
- * One chunk (consecutive new tokens of one sequence) and one KV head at a time: the keys the
- * chunk sees are copied once into pair-interleaved layouts, so one dpbf16 scores 16 keys
- * (keys_t: [head_dim / 2][padded keys][2]) or adds 2 keys' values to 16 dims (values_t:
- * [padded keys / 2][head_dim][2]). Each query row then runs alone over its own keys: its sums
- * have one order, set by its own length, whatever else is in the chunk or the step. */
+ * One chunk (consecutive new tokens of one sequence) and one KV head at a time. The scores and
+ * the weighted values run on pair-interleaved vectors: one dpbf16 scores 16 keys (a vector of
+ * pair dp of keys 16b .. 16b+15: [head_dim / 2][16 keys][2] per block) or adds 2 keys' values to
+ * 16 dims ([head_dim][2] per pair of keys). A prompt chunk, whose every row reads the same keys,
+ * has them gathered once into those layouts (keys_t, values_t). A lone row (a decode token) would
+ * read each key once, so it builds the vectors from the pool as it goes, one block of 16 keys in
+ * registers and L1 at a time, and never copies its past: a step's cost stays the reading of the
+ * keys. Both ways give the same vectors, so a token's numbers do not depend on the way; each
+ * query row runs alone over its own keys, its sums in one order set by its own length. */
 
 typedef struct {
-    bf16 *keys_t, *values_t; /* for keys 0 .. padded-1 (zeros past the last) */
+    bf16 *keys_t, *values_t; /* gathered for keys 0 .. padded-1 (zeros past the last), or NULL: direct */
     int padded;              /* a multiple of 16 */
+    const int32_t *key_pairs; /* the layer's pools, read directly: [slots, kv heads, head_dim / 2] pairs */
+    const bf16 *values;       /* [slots, kv heads, head_dim] */
+    const int32_t *slots;     /* the sequence's slot of each position */
+    int kv_heads, kv_head;
 } kv_view;
+
+static inline const bf16 *value_row(const kv_view *view, int key, int D) {
+    return view->values + ((size_t)view->slots[key] * view->kv_heads + view->kv_head) * D;
+}
+
+/* every KV head's K (or V) of keys first .. end-1 on their way to L2: a lone row reads each key once,
+ * and the hardware's prefetch, which sees one slot's lines at a time, falls behind */
+static void prefetch_slots(const kv_view *view, const void *pool, int first, int end, int D) {
+    const size_t bytes = (size_t)view->kv_heads * D * sizeof(bf16);
+    for (int i = first; i < end; i++) {
+        const char *row = (const char *)pool + (size_t)view->slots[i] * bytes;
+        for (size_t offset = 0; offset < bytes; offset += 64) _mm_prefetch(row + offset, _MM_HINT_T1);
+    }
+}
+
+/* 16 rows of 16 int32 transposed in registers: r[i] lane j becomes r[j] lane i */
+static inline void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int k = 0; k < 16; k += 4) { /* u[k + m], 128-bit lane L: column 4L + m of rows k .. k+3 */
+        u[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
+        u[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+        u[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
+        u[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    for (int m = 0; m < 4; m++) {
+        __m512i v0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88), v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xdd);
+        __m512i w0 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88), w1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xdd);
+        r[m] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        r[8 + m] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
+        r[4 + m] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        r[12 + m] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+    }
+}
+
+/* block b's key vectors straight from the pool into block [head_dim / 2][16] (zeros past length) */
+static void transpose_key_block(const kv_view *view, int b, int D, int length, int32_t *block) {
+    const int first = 16 * b, count = length - first < 16 ? length - first : 16;
+    for (int c = 0; c < D / 2; c += 16) {
+        const int width = D / 2 - c < 16 ? D / 2 - c : 16;
+        const __mmask16 lanes = width == 16 ? (__mmask16)0xffff : (__mmask16)((1u << width) - 1u);
+        __m512i r[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = i < count ? _mm512_maskz_loadu_epi32(lanes, view->key_pairs + ((size_t)view->slots[first + i] * view->kv_heads + view->kv_head) * (D / 2) + c)
+                             : _mm512_setzero_si512();
+        transpose16(r);
+        for (int j = 0; j < width; j++) _mm512_storeu_si512(block + (size_t)(c + j) * 16, r[j]);
+    }
+}
+
+/* the dpbf16 pairs of two value rows a, b: dims 0..15 of each interleaved (a0 b0 a1 b1 ..) */
+static inline __m512i interleave_low(void) {
+    return _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+}
 
 static void gather_keys(const lm_model *md, int layer, const int32_t *slots, int length, int kv_head, kv_view *view) {
     const int D = md->head_dim, KVH = md->num_kv_heads, padded = view->padded;
@@ -199,9 +267,7 @@ static void gather_keys(const lm_model *md, int layer, const int32_t *slots, int
     }
     /* values: two keys' rows interleaved, 16 dims at a time */
     const bf16 *values = md->v_pool[layer];
-    const __m512i low = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                                         39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
+    const __m512i low = interleave_low(), high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
     for (int p = 0; p < padded; p += 2) {
         const bf16 *a = p < length ? values + ((size_t)slots[p] * KVH + kv_head) * D : NULL;
         const bf16 *b = p + 1 < length ? values + ((size_t)slots[p + 1] * KVH + kv_head) * D : NULL;
@@ -216,57 +282,75 @@ static void gather_keys(const lm_model *md, int layer, const int32_t *slots, int
     }
 }
 
-/* up to 4 query heads of one row (all see keys 0..length-1): q [n][D] bf16, pre-scaled. The
- * heads share every load of keys and values; each head's sums are its own, in key order. */
+/* The pieces of one query row's attention, for up to HEADS_PER_TILE heads that share a KV head
+ * (q [n][D] bf16, pre-scaled; scores and probs [n][stride]). The heads share every load of keys
+ * and values; each head's sums are its own, in key order. */
 #define HEADS_PER_TILE 4
-static inline __attribute__((always_inline)) void attend_heads(
-    const kv_view *view, const bf16 *q, int D, int length, float *scores, bf16 *probs, bf16 *out, const int n) {
-    const int padded = view->padded, blocks = (length + 15) / 16, pairs = (length + 1) / 2;
-    const int stride = padded + 16;  /* floats or bf16 per head in scores and probs */
+#define MAX_HEAD_DIM 512  /* as lm_forward checks */
+#define SPAN_PAIRS 32     /* pairs of keys whose values a direct row reads for all its KV heads at once */
+
+/* scores of keys 16b .. 16b+15 (-inf past length) from their pair vectors kt, key_stride bf16 apart */
+static inline __attribute__((always_inline)) void score_block(
+    const bf16 *kt, size_t key_stride, const bf16 *q, int D, int b, int length, float *scores, int stride,
+    float *max, const int n) {
     const uint32_t *q_pairs = (const uint32_t *)q;
-    float max[HEADS_PER_TILE];
-    for (int h = 0; h < n; h++) max[h] = -INFINITY;
-    for (int b = 0; b < blocks; b++) {
-        __m512 acc[HEADS_PER_TILE];
-        for (int h = 0; h < n; h++) acc[h] = _mm512_setzero_ps();
-        const bf16 *kt = view->keys_t + (size_t)b * 32;
-        for (int dp = 0; dp < D / 2; dp++) {
-            __m512bh keys = (__m512bh)_mm512_loadu_si512(kt + (size_t)dp * padded * 2);
-            for (int h = 0; h < n; h++)
-                acc[h] = _mm512_dpbf16_ps(acc[h], keys, (__m512bh)_mm512_set1_epi32((int32_t)q_pairs[h * (D / 2) + dp]));
-        }
-        int left = length - 16 * b;
-        for (int h = 0; h < n; h++) {
-            if (left < 16) acc[h] = _mm512_mask_blend_ps((__mmask16)((1u << left) - 1u), _mm512_set1_ps(-INFINITY), acc[h]);
-            _mm512_storeu_ps(scores + (size_t)h * stride + 16 * b, acc[h]);
-            float block_max = _mm512_reduce_max_ps(acc[h]);
-            max[h] = block_max > max[h] ? block_max : max[h];
-        }
+    __m512 acc[HEADS_PER_TILE];
+    for (int h = 0; h < n; h++) acc[h] = _mm512_setzero_ps();
+    for (int dp = 0; dp < D / 2; dp++) {
+        __m512bh keys = (__m512bh)_mm512_loadu_si512(kt + (size_t)dp * key_stride);
+        for (int h = 0; h < n; h++)
+            acc[h] = _mm512_dpbf16_ps(acc[h], keys, (__m512bh)_mm512_set1_epi32((int32_t)q_pairs[h * (D / 2) + dp]));
     }
-    __m512 inverse_sum[HEADS_PER_TILE];
+    int left = length - 16 * b;
     for (int h = 0; h < n; h++) {
-        float *s = scores + (size_t)h * stride;
-        bf16 *pr = probs + (size_t)h * stride;
-        __m512 vmax = _mm512_set1_ps(max[h]), sum = _mm512_setzero_ps();
-        for (int b = 0; b < blocks; b++) {
-            __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * b), vmax));
-            int left = length - 16 * b;
-            if (left < 16) e = _mm512_maskz_mov_ps((__mmask16)((1u << left) - 1u), e);
-            __m256bh rounded = _mm512_cvtneps_pbh(e);
-            _mm256_storeu_si256((__m256i *)(pr + 16 * b), (__m256i)rounded);
-            sum = _mm512_add_ps(sum, _mm512_cvtpbh_ps(rounded));
-        }
-        inverse_sum[h] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+        if (left < 16) acc[h] = _mm512_mask_blend_ps((__mmask16)((1u << left) - 1u), _mm512_set1_ps(-INFINITY), acc[h]);
+        _mm512_storeu_ps(scores + (size_t)h * stride + 16 * b, acc[h]);
+        float block_max = _mm512_reduce_max_ps(acc[h]);
+        max[h] = block_max > max[h] ? block_max : max[h];
     }
+}
+
+/* one head's probabilities, rounded to bf16 (zeros past length); returns 1 / their sum */
+static float softmax(const float *s, bf16 *pr, int length, float max) {
+    const int blocks = (length + 15) / 16;
+    __m512 vmax = _mm512_set1_ps(max), sum = _mm512_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+        __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * b), vmax));
+        int left = length - 16 * b;
+        if (left < 16) e = _mm512_maskz_mov_ps((__mmask16)((1u << left) - 1u), e);
+        __m256bh rounded = _mm512_cvtneps_pbh(e);
+        _mm256_storeu_si256((__m256i *)(pr + 16 * b), (__m256i)rounded);
+        sum = _mm512_add_ps(sum, _mm512_cvtpbh_ps(rounded));
+    }
+    return 1.0f / _mm512_reduce_add_ps(sum);
+}
+
+/* acc [n][D] float32 += the values of key pairs p0 .. p1-1 weighted by probs, pair by pair in order
+ * (the sums go on from wherever the previous span left them, so spans do not change them) */
+static inline __attribute__((always_inline)) void add_values(
+    const kv_view *view, const bf16 *probs, int stride, int D, int length, int p0, int p1, float *acc_out, const int n) {
+    const __m512i low = interleave_low(), high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
     for (int d0 = 0; d0 < D; d0 += 64) {
         const int width = D - d0 < 64 ? (D - d0) / 16 : 4;
         __m512 acc[HEADS_PER_TILE][4];
         for (int h = 0; h < n; h++)
-            for (int j = 0; j < 4; j++) acc[h][j] = _mm512_setzero_ps();
-        for (int pp = 0; pp < pairs; pp++) {
-            const bf16 *vt = view->values_t + ((size_t)pp * D + d0) * 2;
+            for (int j = 0; j < width; j++) acc[h][j] = _mm512_loadu_ps(acc_out + (size_t)h * D + d0 + 16 * j);
+        for (int pp = p0; pp < p1; pp++) {
             __m512bh values[4];
-            for (int j = 0; j < width; j++) values[j] = (__m512bh)_mm512_loadu_si512(vt + 32 * j);
+            if (view->values_t == NULL) { /* as gather_keys interleaves them (a key past the end: zeros) */
+                const bf16 *a = value_row(view, 2 * pp, D), *b = 2 * pp + 1 < length ? value_row(view, 2 * pp + 1, D) : NULL;
+                for (int j = 0; j < width; j += 2) {
+                    const int d = d0 + 16 * j;
+                    const __mmask32 lanes = D - d >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (D - d)) - 1u);
+                    __m512i va = _mm512_maskz_loadu_epi16(lanes, a + d);
+                    __m512i vb = b ? _mm512_maskz_loadu_epi16(lanes, b + d) : _mm512_setzero_si512();
+                    values[j] = (__m512bh)_mm512_permutex2var_epi16(va, low, vb);
+                    if (j + 1 < width) values[j + 1] = (__m512bh)_mm512_permutex2var_epi16(va, high, vb);
+                }
+            } else {
+                const bf16 *vt = view->values_t + ((size_t)pp * D + d0) * 2;
+                for (int j = 0; j < width; j++) values[j] = (__m512bh)_mm512_loadu_si512(vt + 32 * j);
+            }
             for (int h = 0; h < n; h++) {
                 uint32_t pair;
                 memcpy(&pair, probs + (size_t)h * stride + 2 * pp, sizeof pair);
@@ -275,25 +359,104 @@ static inline __attribute__((always_inline)) void attend_heads(
             }
         }
         for (int h = 0; h < n; h++)
-            for (int j = 0; j < width; j++)
-                _mm256_storeu_si256((__m256i *)(out + (size_t)h * D + d0 + 16 * j),
-                                    (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(acc[h][j], inverse_sum[h])));
+            for (int j = 0; j < width; j++) _mm512_storeu_ps(acc_out + (size_t)h * D + d0 + 16 * j, acc[h][j]);
     }
 }
 
-/* the query heads of one row that share a KV head, in fixed tiles of up to HEADS_PER_TILE */
-static void attend_row(const kv_view *view, const bf16 *q, int group, int D, int length, float *scores,
-                       bf16 *probs, bf16 *out) {
-    for (int h = 0; h < group; h += HEADS_PER_TILE) {
-        const bf16 *qh = q + (size_t)h * D;
-        bf16 *oh = out + (size_t)h * D;
-        switch (group - h < HEADS_PER_TILE ? group - h : HEADS_PER_TILE) {
-            case 1: attend_heads(view, qh, D, length, scores, probs, oh, 1); break;
-            case 2: attend_heads(view, qh, D, length, scores, probs, oh, 2); break;
-            case 3: attend_heads(view, qh, D, length, scores, probs, oh, 3); break;
-            default: attend_heads(view, qh, D, length, scores, probs, oh, 4); break;
-        }
+/* the n-head tile cases of the two tiled pieces */
+static void score_tile(const bf16 *kt, size_t key_stride, const bf16 *q, int D, int b, int length, float *scores,
+                       int stride, float *max, int n) {
+    switch (n) {
+        case 1: score_block(kt, key_stride, q, D, b, length, scores, stride, max, 1); break;
+        case 2: score_block(kt, key_stride, q, D, b, length, scores, stride, max, 2); break;
+        case 3: score_block(kt, key_stride, q, D, b, length, scores, stride, max, 3); break;
+        default: score_block(kt, key_stride, q, D, b, length, scores, stride, max, 4); break;
     }
+}
+
+static void values_tile(const kv_view *view, const bf16 *probs, int stride, int D, int length, int p0, int p1,
+                        float *acc, int n) {
+    switch (n) {
+        case 1: add_values(view, probs, stride, D, length, p0, p1, acc, 1); break;
+        case 2: add_values(view, probs, stride, D, length, p0, p1, acc, 2); break;
+        case 3: add_values(view, probs, stride, D, length, p0, p1, acc, 3); break;
+        default: add_values(view, probs, stride, D, length, p0, p1, acc, 4); break;
+    }
+}
+
+/* out [heads][D] bf16 = acc * 1 / sum, per head */
+static void finish_heads(const float *acc, const float *inverse_sum, int heads, int D, bf16 *out) {
+    for (int h = 0; h < heads; h++)
+        for (int d = 0; d < D; d += 16)
+            _mm256_storeu_si256((__m256i *)(out + (size_t)h * D + d),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(acc + (size_t)h * D + d),
+                                                                          _mm512_set1_ps(inverse_sum[h]))));
+}
+
+typedef struct {
+    float *scores;  /* [heads][stride] */
+    bf16 *probs;    /* [heads][stride] */
+    float *acc;     /* [heads][D] */
+    float *max, *inverse_sum; /* [heads] */
+} row_scratch;
+
+/* one row of a gathered chunk: the `group` query heads of one KV head (q, out [group][D]) */
+static void attend_gathered(const kv_view *view, const bf16 *q, int group, int D, int length, const row_scratch *w,
+                            bf16 *out) {
+    const int stride = view->padded + 16, blocks = (length + 15) / 16, pairs = (length + 1) / 2;
+    for (int h = 0; h < group; h++) w->max[h] = -INFINITY;
+    for (int h = 0; h < group; h += HEADS_PER_TILE) {
+        const int n = group - h < HEADS_PER_TILE ? group - h : HEADS_PER_TILE;
+        for (int b = 0; b < blocks; b++)
+            score_tile(view->keys_t + (size_t)b * 32, (size_t)view->padded * 2, q + (size_t)h * D, D, b, length,
+                       w->scores + (size_t)h * stride, stride, w->max + h, n);
+    }
+    for (int h = 0; h < group; h++)
+        w->inverse_sum[h] = softmax(w->scores + (size_t)h * stride, w->probs + (size_t)h * stride, length, w->max[h]);
+    memset(w->acc, 0, sizeof(float) * group * D);
+    for (int h = 0; h < group; h += HEADS_PER_TILE)
+        values_tile(view, w->probs + (size_t)h * stride, stride, D, length, 0, pairs, w->acc + (size_t)h * D,
+                    group - h < HEADS_PER_TILE ? group - h : HEADS_PER_TILE);
+    finish_heads(w->acc, w->inverse_sum, group, D, out);
+}
+
+/* a lone row (a decode token), every KV head in lockstep straight from the pool (views [kv heads]):
+ * a block of keys, or a span of values, is read for all KV heads before the next, so every cache
+ * line of a slot is used while it is there (one KV head at a time, the hardware's prefetch of the
+ * next lines would fetch the whole pool once per KV head). q, out [heads][D], heads in KV-head order. */
+static void attend_direct(const kv_view *views, int kv_heads, const bf16 *q, int group, int D, int length,
+                          const row_scratch *w, bf16 *out) {
+    const int stride = views[0].padded + 16, blocks = (length + 15) / 16, pairs = (length + 1) / 2;
+    const int heads = kv_heads * group;
+    int32_t block[MAX_HEAD_DIM / 2 * 16] __attribute__((aligned(64)));
+    for (int h = 0; h < heads; h++) w->max[h] = -INFINITY;
+    const int ahead = 4; /* blocks of keys, or spans of values, prefetched ahead of their use */
+    for (int b = 0; b < blocks; b++)
+        for (int kv = 0; kv < kv_heads; kv++) {
+            if (kv == 0 && b + ahead < blocks)
+                prefetch_slots(views, views[0].key_pairs, 16 * (b + ahead), MIN(16 * (b + ahead + 1), length), D);
+            transpose_key_block(&views[kv], b, D, length, block);
+            for (int g = 0; g < group; g += HEADS_PER_TILE) {
+                const int h = kv * group + g;
+                score_tile((const bf16 *)block, 32, q + (size_t)h * D, D, b, length, w->scores + (size_t)h * stride,
+                           stride, w->max + h, group - g < HEADS_PER_TILE ? group - g : HEADS_PER_TILE);
+            }
+        }
+    for (int h = 0; h < heads; h++)
+        w->inverse_sum[h] = softmax(w->scores + (size_t)h * stride, w->probs + (size_t)h * stride, length, w->max[h]);
+    memset(w->acc, 0, sizeof(float) * heads * D);
+    prefetch_slots(views, views[0].values, 0, MIN(2 * SPAN_PAIRS, length), D);
+    for (int p0 = 0; p0 < pairs; p0 += SPAN_PAIRS) {
+        const int p1 = pairs - p0 < SPAN_PAIRS ? pairs : p0 + SPAN_PAIRS;
+        if (p1 < pairs) prefetch_slots(views, views[0].values, 2 * p1, MIN(2 * (p1 + SPAN_PAIRS), length), D);
+        for (int kv = 0; kv < kv_heads; kv++)
+            for (int g = 0; g < group; g += HEADS_PER_TILE) {
+                const int h = kv * group + g;
+                values_tile(&views[kv], w->probs + (size_t)h * stride, stride, D, length, p0, p1, w->acc + (size_t)h * D,
+                            group - g < HEADS_PER_TILE ? group - g : HEADS_PER_TILE);
+            }
+    }
+    finish_heads(w->acc, w->inverse_sum, heads, D, out);
 }
 
 static void rotate(float *x, const float *cos, const float *sin, int half) {
@@ -318,7 +481,7 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     const int QH = md->num_heads, KVH = md->num_kv_heads, group = QH / KVH;
     const int QKV = (QH + 2 * KVH) * D, QS = QH * D, KVS = KVH * D;
     const float scale = 1.0f / sqrtf((float)D);
-    if (D > 512 || T < 1) return -2;
+    if (D > MAX_HEAD_DIM || T < 1) return -2;
     for (int t = 0; t < T; t++)
         if (token_ids[t] < 0 || token_ids[t] >= md->vocab || positions[t] < 0 || positions[t] >= md->max_positions ||
             positions[t] >= md->table_width)
@@ -334,12 +497,28 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     bf16 *q = malloc(sizeof(bf16) * T * QS);
     bf16 *keys_t = malloc(sizeof(bf16) * (size_t)padded_max * D * workers);
     bf16 *values_t = malloc(sizeof(bf16) * (size_t)padded_max * D * workers);
-    const size_t tile_scratch = (size_t)HEADS_PER_TILE * (padded_max + 16);
-    float *scores = malloc(sizeof(float) * tile_scratch * workers);
-    bf16 *probs = malloc(sizeof(bf16) * tile_scratch * workers);
-    if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !scores || !probs) {
+    const size_t head_scratch = (size_t)QH * (padded_max + 16), acc_scratch = (size_t)QH * (D + 2);
+    float *scores = malloc(sizeof(float) * head_scratch * workers);
+    bf16 *probs = malloc(sizeof(bf16) * head_scratch * workers);
+    float *accs = malloc(sizeof(float) * acc_scratch * workers);
+    /* attention units: a prompt chunk per KV head (its rows share the gathered keys); a lone row for all
+     * its KV heads at once, or per KV head when there are too few lone rows to keep the threads busy */
+    int lone = 0;
+    for (int c = 0; c < num_chunks; c++) lone += chunk_starts[c + 1] - chunk_starts[c] == 1;
+    const int lone_split = lone < threads ? KVH : 1;
+    int *units = malloc(sizeof(int) * 2 * ((size_t)num_chunks * KVH + 1)), num_units = 0;
+    if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !scores || !probs || !accs || !units) {
         free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(scores); free(probs);
+        free(accs); free(units);
         return -1;
+    }
+    for (int c = 0; c < num_chunks; c++) {
+        const int parts = chunk_starts[c + 1] - chunk_starts[c] == 1 ? lone_split : KVH;
+        for (int part = 0; part < parts; part++) {
+            units[2 * num_units] = c;
+            units[2 * num_units + 1] = part * (KVH / parts); /* first KV head; KVH / parts of them */
+            num_units++;
+        }
     }
     for (int t = 0; t < T; t++)
         for (int i = 0; i < H; i++) x[(size_t)t * H + i] = bf16_to_f32(md->embed[(size_t)token_ids[t] * H + i]);
@@ -360,24 +539,37 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
                 vd[i] = f32_to_bf16(r[QS + KVS + i]);
             }
         }
-#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && num_chunks * KVH > 1)
-        for (int unit = 0; unit < num_chunks * KVH; unit++) {
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && num_units > 1)
+        for (int unit = 0; unit < num_units; unit++) {
 #ifdef _OPENMP
             const int worker = threads > 1 ? omp_get_thread_num() : 0;
 #else
             const int worker = 0;
 #endif
-            const int c = unit / KVH, kv_head = unit % KVH;
+            const int c = units[2 * unit], kv_first = units[2 * unit + 1];
             const int first = (int)chunk_starts[c], count = (int)(chunk_starts[c + 1] - chunk_starts[c]);
             const int length = (int)positions[first + count - 1] + 1;
             const int32_t *slots = md->slot_table + (size_t)chunk_rows[c] * md->table_width;
-            kv_view view = {keys_t + (size_t)worker * padded_max * D, values_t + (size_t)worker * padded_max * D,
-                            (length + 15) & ~15};
-            gather_keys(md, layer, slots, length, kv_head, &view);
+            float *acc = accs + (size_t)worker * acc_scratch;
+            const row_scratch w = {scores + (size_t)worker * head_scratch, probs + (size_t)worker * head_scratch, acc,
+                                   acc + (size_t)QH * D, acc + (size_t)QH * D + QH};
+            kv_view views[KVH];
+            for (int kv = 0; kv < KVH; kv++)
+                views[kv] = (kv_view){NULL, NULL, (length + 15) & ~15, (const int32_t *)md->k_pool[layer],
+                                      md->v_pool[layer], slots, KVH, kv};
+            if (count == 1) {
+                const int kv_count = KVH / lone_split;
+                const size_t heads = (size_t)first * QS + (size_t)kv_first * group * D;
+                attend_direct(views + kv_first, kv_count, q + heads, group, D, length, &w, act + heads);
+                continue;
+            }
+            kv_view *view = &views[kv_first];
+            view->keys_t = keys_t + (size_t)worker * padded_max * D;
+            view->values_t = values_t + (size_t)worker * padded_max * D;
+            gather_keys(md, layer, slots, length, kv_first, view);
             for (int t = first; t < first + count; t++) {
-                const size_t heads = (size_t)t * QS + (size_t)kv_head * group * D;
-                attend_row(&view, q + heads, group, D, (int)positions[t] + 1, scores + (size_t)worker * tile_scratch,
-                           probs + (size_t)worker * tile_scratch, act + heads);
+                const size_t heads = (size_t)t * QS + (size_t)kv_first * group * D;
+                attend_gathered(view, q + heads, group, D, (int)positions[t] + 1, &w, act + heads);
             }
         }
         matmul(md->o[layer], act, y, T, H, QS, threads);
@@ -401,6 +593,7 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     rms_norm(x, md->final_norm, normed, num_logits, H, md->eps);
     matmul(md->head, normed, logits, num_logits, md->vocab, H, threads);
     free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(scores); free(probs);
+    free(accs); free(units);
     return 0;
 }
 
