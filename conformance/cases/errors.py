@@ -4,12 +4,13 @@ never UNKNOWN or INTERNAL, a status message that names the field, and a server t
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from conformance.cases._helpers import applies_here, expect_rejected, ok, status_of
-from conformance.harness.context import Ctx
+from conformance.harness.context import Ctx, RpcOutcome
 from conformance.harness.load import quiet_load, released
 from conformance.harness.outcome import CaseSkipped, Mismatch
 from conformance.harness.requests import long_request, request
@@ -26,7 +27,9 @@ from lmrpc.v1 import (
     EmbedRequest,
     FinishReason,
     GenerateRequest,
+    RerankRequest,
     SamplingParams,
+    ScoreRequest,
     StoppingCriteria,
     TokenizeRequest,
 )
@@ -118,6 +121,37 @@ async def status_names_field(ctx: Ctx) -> None:
                 f"names the value {entry.value!r}",
                 record.status_message,
             )
+
+
+@case("ERR-3", tag="score", requires=("score",))
+async def score_names_the_long_text(ctx: Ctx) -> None:
+    """A Score query or item, or a Rerank document, longer than the embedding model takes (refused
+    as Embed refuses one, ERR-1[embed]) is named as the client sent it: `query`, `items[i]`,
+    `documents[i]`, never by its place in the server's own batch of texts."""
+    limit = ctx.info.embedding.max_input_tokens if ctx.info.embedding else 512
+    long = "word " * (limit + 16)
+    scores = {
+        "query": ScoreRequest(query=long, items=["a pear", "a plum"]),
+        "items[0]": ScoreRequest(query="fruit", items=[long, "a plum"]),
+        "items[1]": ScoreRequest(query="fruit", items=["a pear", long]),
+    }
+    outcomes: dict[str, RpcOutcome[Any]] = {
+        field: await ctx.call_status(ctx.inference.score, m) for field, m in scores.items()
+    }
+    rerank = RerankRequest(query="fruit", documents=[long, "a plum"])
+    outcomes["documents[0]"] = await ctx.call_status(ctx.inference.rerank, rerank)
+    refused = {field: o for field, o in outcomes.items() if o.code == Status.INVALID_ARGUMENT.name}
+    if not refused:  # a server may truncate instead; another code is not this clause's to judge
+        raise CaseSkipped(
+            f"texts of {limit + 16} words are not refused INVALID_ARGUMENT by Score or Rerank here"
+        )
+    for field, outcome in refused.items():
+        ctx.check.that(
+            field in outcome.message,
+            f"the refusal of a too long {field}",
+            f"names {field!r}",
+            outcome.message,
+        )
 
 
 async def _raw_unary(ctx: Ctx, path: str) -> str:
