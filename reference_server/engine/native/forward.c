@@ -194,12 +194,12 @@ static inline const bf16 *value_row(const kv_view *view, int key, int D) {
     return view->values + ((size_t)view->slots[key] * view->kv_heads + view->kv_head) * D;
 }
 
-/* every KV head's K (or V) of keys first .. end-1 on their way to L2: a lone row reads each key once,
- * and the hardware's prefetch, which sees one slot's lines at a time, falls behind */
-static void prefetch_slots(const kv_view *view, const void *pool, int first, int end, int D) {
-    const size_t bytes = (size_t)view->kv_heads * D * sizeof(bf16);
+/* the K (or V) of keys first .. end-1 for KV heads views[0] .. views[kv_count-1] on their way to L2:
+ * a lone row reads each key once, and the hardware's prefetch falls behind */
+static void prefetch_slots(const kv_view *views, int kv_count, const void *pool, int first, int end, int D) {
+    const size_t slot_bytes = (size_t)views->kv_heads * D * sizeof(bf16), bytes = (size_t)kv_count * D * sizeof(bf16);
     for (int i = first; i < end; i++) {
-        const char *row = (const char *)pool + (size_t)view->slots[i] * bytes;
+        const char *row = (const char *)pool + (size_t)views->slots[i] * slot_bytes + (size_t)views->kv_head * D * sizeof(bf16);
         for (size_t offset = 0; offset < bytes; offset += 64) _mm_prefetch(row + offset, _MM_HINT_T1);
     }
 }
@@ -434,7 +434,7 @@ static void attend_direct(const kv_view *views, int kv_heads, const bf16 *q, int
     for (int b = 0; b < blocks; b++)
         for (int kv = 0; kv < kv_heads; kv++) {
             if (kv == 0 && b + ahead < blocks)
-                prefetch_slots(views, views[0].key_pairs, 16 * (b + ahead), MIN(16 * (b + ahead + 1), length), D);
+                prefetch_slots(views, kv_heads, views[0].key_pairs, 16 * (b + ahead), MIN(16 * (b + ahead + 1), length), D);
             transpose_key_block(&views[kv], b, D, length, block);
             for (int g = 0; g < group; g += HEADS_PER_TILE) {
                 const int h = kv * group + g;
@@ -445,10 +445,10 @@ static void attend_direct(const kv_view *views, int kv_heads, const bf16 *q, int
     for (int h = 0; h < heads; h++)
         w->inverse_sum[h] = softmax(w->scores + (size_t)h * stride, w->probs + (size_t)h * stride, length, w->max[h]);
     memset(w->acc, 0, sizeof(float) * heads * D);
-    prefetch_slots(views, views[0].values, 0, MIN(2 * SPAN_PAIRS, length), D);
+    prefetch_slots(views, kv_heads, views[0].values, 0, MIN(2 * SPAN_PAIRS, length), D);
     for (int p0 = 0; p0 < pairs; p0 += SPAN_PAIRS) {
         const int p1 = pairs - p0 < SPAN_PAIRS ? pairs : p0 + SPAN_PAIRS;
-        if (p1 < pairs) prefetch_slots(views, views[0].values, 2 * p1, MIN(2 * (p1 + SPAN_PAIRS), length), D);
+        if (p1 < pairs) prefetch_slots(views, kv_heads, views[0].values, 2 * p1, MIN(2 * (p1 + SPAN_PAIRS), length), D);
         for (int kv = 0; kv < kv_heads; kv++)
             for (int g = 0; g < group; g += HEADS_PER_TILE) {
                 const int h = kv * group + g;
