@@ -406,7 +406,7 @@ static void attend_gathered(const kv_view *view, const bf16 *q, int group, int D
     const int stride = view->padded + 16, blocks = (length + 15) / 16, pairs = (length + 1) / 2;
     for (int h = 0; h < group; h++) w->max[h] = -INFINITY;
     for (int h = 0; h < group; h += HEADS_PER_TILE) {
-        const int n = group - h < HEADS_PER_TILE ? group - h : HEADS_PER_TILE;
+        const int n = MIN(group - h, HEADS_PER_TILE);
         for (int b = 0; b < blocks; b++)
             score_tile(view->keys_t + (size_t)b * 32, (size_t)view->padded * 2, q + (size_t)h * D, D, b, length,
                        w->scores + (size_t)h * stride, stride, w->max + h, n);
@@ -416,7 +416,7 @@ static void attend_gathered(const kv_view *view, const bf16 *q, int group, int D
     memset(w->acc, 0, sizeof(float) * group * D);
     for (int h = 0; h < group; h += HEADS_PER_TILE)
         values_tile(view, w->probs + (size_t)h * stride, stride, D, length, 0, pairs, w->acc + (size_t)h * D,
-                    group - h < HEADS_PER_TILE ? group - h : HEADS_PER_TILE);
+                    MIN(group - h, HEADS_PER_TILE));
     finish_heads(w->acc, w->inverse_sum, group, D, out);
 }
 
@@ -439,7 +439,7 @@ static void attend_direct(const kv_view *views, int kv_heads, const bf16 *q, int
             for (int g = 0; g < group; g += HEADS_PER_TILE) {
                 const int h = kv * group + g;
                 score_tile((const bf16 *)block, 32, q + (size_t)h * D, D, b, length, w->scores + (size_t)h * stride,
-                           stride, w->max + h, group - g < HEADS_PER_TILE ? group - g : HEADS_PER_TILE);
+                           stride, w->max + h, MIN(group - g, HEADS_PER_TILE));
             }
         }
     for (int h = 0; h < heads; h++)
@@ -453,7 +453,7 @@ static void attend_direct(const kv_view *views, int kv_heads, const bf16 *q, int
             for (int g = 0; g < group; g += HEADS_PER_TILE) {
                 const int h = kv * group + g;
                 values_tile(&views[kv], w->probs + (size_t)h * stride, stride, D, length, p0, p1, w->acc + (size_t)h * D,
-                            group - g < HEADS_PER_TILE ? group - g : HEADS_PER_TILE);
+                            MIN(group - g, HEADS_PER_TILE));
             }
     }
     finish_heads(w->acc, w->inverse_sum, heads, D, out);
