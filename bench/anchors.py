@@ -30,8 +30,10 @@ with the load average (the machine may be shared: compare only numbers from one 
 The limit beside every one-stream figure: before the servers start, ``bench/bandwidth.py``
 measures the machine's memory read bandwidth at 1 thread, at ``--threads`` and on all cores. A
 one-stream decode step reads every weight once, so its tokens/s is at most the bandwidth at the
-server's threads divided by the bytes of its weights (its GGUF's size; lmrpc reads the bf16
-values); the table prints each one-stream figure as a fraction of that limit.
+server's threads divided by the bytes of its weights (llama.cpp: its GGUF's size; lmrpc: its
+packed projections and head, bf16 or GGUF blocks per ``--weights``); the table prints each
+one-stream figure as a fraction of that limit. ``--lmrpc-extra "--weights q4_1"`` adds lmrpc
+on the GGUF's own 4-bit blocks beside the bf16 default.
 The llama-server binary is built by ``bench/build_llama_server.sh`` (``--build`` runs it).
 """
 
@@ -62,6 +64,7 @@ from llama_cpp import LlamaServer, llama_server_binary
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 from reference_server.engine.native.kernels import unavailable_reason
+from reference_server.models.loader import load_config
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle, load_tokenizer
 from reference_server.testing import ServerProcess
@@ -203,6 +206,19 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
+def lmrpc_weight_bytes(extra_args: list[str]) -> int:
+    """Bytes of weights an lmrpc server with these arguments reads per one-stream decode step: the
+    30 layers' projections and the LM head, packed as ``--weights`` says (the embedding lookup
+    reads one row per token)."""
+    weights = extra_args[extra_args.index("--weights") + 1] if "--weights" in extra_args else "dense"
+    c = load_config(resolve_model(None))
+    per_layer = c.hidden_size * (c.q_size + 2 * c.kv_size) + c.q_size * c.hidden_size
+    per_layer += 3 * c.intermediate_size * c.hidden_size
+    layer_bytes = {"dense": 2.0, "q4_1": 20 / 32, "int8": 34 / 32}[weights]  # GGUF block bytes per weight
+    head_bytes = 2.0 if weights == "dense" else 34 / 32  # the embedded GGUF's head is Q8_0
+    return int(c.num_layers * per_layer * layer_bytes + c.vocab_size * c.hidden_size * head_bytes)
+
+
 def native_kernels_or_why() -> str:
     reason = unavailable_reason()
     return "native (AVX512-BF16)" if reason is None else f"torch ({reason})"
@@ -328,7 +344,9 @@ def main() -> None:
     print(f"CPU: {cpu_model()}; lmrpc kernels: {native_kernels_or_why()}")
     bandwidth = {n: read_bandwidth_gbps(n) for n in sorted({1, args.threads, os.cpu_count() or 1})}
     print("read bandwidth: " + ", ".join(f"{n} thread(s) {g:.1f} GB/s" for n, g in bandwidth.items()))
-    weight_bytes = {"lmrpc": bf16.stat().st_size, "llama.cpp bf16": bf16.stat().st_size}
+    weight_bytes = {"lmrpc": lmrpc_weight_bytes([]), "llama.cpp bf16": bf16.stat().st_size}
+    if args.lmrpc_extra:
+        weight_bytes["lmrpc " + args.lmrpc_extra] = lmrpc_weight_bytes(shlex.split(args.lmrpc_extra))
     weight_bytes["llama.cpp Q4_1"] = Path(source.path).stat().st_size
     lmrpc_args = ["--threads", str(args.threads), "--no-embedding", "--kv-tokens", "32768"]
     lmrpc_args += ["--max-running", str(max(64, *concurrency))]

@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--weights", default="dense", choices=("dense", "int4"))
+    parser.add_argument("--weights", default="dense", choices=("dense", "q4_1", "int8"))
     parser.add_argument("--kernels", default="torch", choices=("torch", "native"))
     parser.add_argument("--context", type=int, default=48, help="prompt tokens before the timed decode")
     parser.add_argument("--trees", default=str(Path(__file__).resolve().parents[1]))

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import sys
 
-from reference_server.config import EngineOptions, Limits, ServerConfig, TlsFiles
+from reference_server.config import WEIGHT_FORMATS, EngineOptions, Limits, ServerConfig, TlsFiles
 from reference_server.models.source import ModelNotFoundError
 
 
@@ -47,17 +47,18 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     )
     parser.add_argument(
         "--weights",
-        choices=("dense", "int4"),
+        choices=WEIGHT_FORMATS,
         default="dense",
-        help="dense: all weights in --dtype; int4: layer projections as 4-bit groups of 32, "
-        "exact for a Q4_1 GGUF (CPU, bfloat16)",
+        help="dense: all weights in --dtype; q4_1: layer projections as 4-bit groups of 32 (a Q4_1 "
+        "GGUF's own blocks) and the LM head in the file's 4 or 8 bits; int8: every projection and the "
+        "head as 8-bit groups of 32 (native kernels only). CPU and bfloat16",
     )
     parser.add_argument(
         "--kernels",
         choices=("auto", "native", "torch"),
         default="auto",
         help="native: every engine step in one compiled call (x86-64 CPU with AVX512-BF16 and a C "
-        "compiler, bfloat16, dense weights); torch: the torch model; auto (default): native where it runs",
+        "compiler, bfloat16); torch: the torch model; auto (default): native where it runs",
     )
     parser.add_argument("--no-embedding", action="store_true", help="do not load the embedding model")
     parser.add_argument(

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+# the model engine's weight formats (reference_server/engine/config.py says what each one is)
+WEIGHT_FORMATS = ("dense", "q4_1", "int8")
+
 EngineKind = Literal["model", "fake"]
 
 
@@ -87,7 +90,7 @@ class EngineOptions:
     embedding: bool = True
     num_threads: int | None = None  # torch threads; None: all cores but two (at least one)
     kv_events: bool = True  # report the prefix cache as KV-cache events (for smg's routing)
-    weights: str = "dense"  # dense, or int4 (the layers' projections as 4-bit groups of 32)
+    weights: str = "dense"  # dense, q4_1 or int8 (reference_server/engine/config.py)
     kernels: str = "auto"  # auto, native or torch (reference_server/engine/native/)
 
     def __post_init__(self) -> None:
@@ -101,8 +104,8 @@ class EngineOptions:
             )
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads={self.num_threads} must be >= 1")
-        if self.weights not in ("dense", "int4"):
-            raise ValueError(f"weights={self.weights!r} must be 'dense' or 'int4'")
+        if self.weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights={self.weights!r} must be one of {', '.join(WEIGHT_FORMATS)}")
         if self.kernels not in ("auto", "native", "torch"):
             raise ValueError(f"kernels={self.kernels!r} must be 'auto', 'native' or 'torch'")
 

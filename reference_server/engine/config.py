@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from reference_server.config import WEIGHT_FORMATS
 from reference_server.engine.cpu import bf16_gemm_native
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.models.source import ModelSource, resolve_model
@@ -13,7 +14,6 @@ from reference_server.models.source import ModelSource, resolve_model
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 ATTENTION_BACKENDS = ("auto", "sdpa", "flashinfer")
-WEIGHT_FORMATS = ("dense", "int4")
 KERNELS = ("auto", "native", "torch")
 
 
@@ -29,11 +29,13 @@ class ModelEngineConfig:
     load_embedding_model: bool = True
     num_threads: int | None = None  # torch intra-op threads; None: torch's choice (OMP_NUM_THREADS or cores)
     kv_event_block_size: int = KV_EVENT_BLOCK_SIZE  # 0: no KV-cache events
-    # dense: every weight in ``dtype``; int4: the layers' projections as 4-bit groups of 32 (exact
-    # for a Q4_1 GGUF; CPU and bfloat16 only), embeddings and LM head in ``dtype``
+    # dense: every weight in ``dtype``. q4_1: the layers' projections as 4-bit groups of 32 (a Q4_1
+    # GGUF's own blocks), the LM head as the file has it in 4 or 8 bits (else 8); in the native
+    # kernels, or torch's int4 kernel for the layers where they cannot run (CPU and bfloat16 only).
+    # int8: every projection and the head as 8-bit groups of 32 (Q8_0; native kernels only).
     weights: str = "dense"
     # native: every step in one compiled call (engine/native/; an x86-64 CPU with AVX512-BF16 and a C
-    # compiler, bfloat16, dense weights); torch: the torch model; auto: native where it runs
+    # compiler, bfloat16); torch: the torch model; auto: native where it runs
     kernels: str = "auto"
     context_length: int | None = None  # a shorter context window than the model's; None: the model's
 
@@ -76,5 +78,7 @@ class ModelEngineConfig:
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             return torch.float16
         if device.type == "cpu" and self.weights == "dense" and not bf16_gemm_native():
-            return torch.float32  # bf16 is emulated here: 2-7x slower than float32 (int4 needs bf16)
+            return (
+                torch.float32
+            )  # bf16 is emulated here: 2-7x slower than float32 (quantized weights need bf16)
         return torch.bfloat16

@@ -28,10 +28,12 @@ from reference_server.ipc import (
     TokenLogprob,
     derive_seed,
 )
+from reference_server.models.gguf_weights import load_gguf_blocks
 from reference_server.models.llama import LlamaModel
 from reference_server.models.loader import (
     PREPACK_BATCH_HINT,
     check_checkpoint_fits,
+    load_config,
     load_llama,
     load_weights,
 )
@@ -57,11 +59,13 @@ class ModelEngine:
         tokenizer = load_tokenizer(config.source)
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self.bos_token_id = tokenizer.bos_token_id
+        self._native_reason = self._why_not_native()
         self.model = load_llama(
             config.source,
             device=self.device,
             dtype=self.dtype,
-            int4_weights=config.weights == "int4",
+            # the torch model runs q4_1 weights in torch's int4 kernel; the native kernels pack their own
+            int4_weights=config.weights == "q4_1" and self._native_reason is not None,
             prepack=False,  # below, and only if the torch model runs the steps
         )
         mc = self.model.config
@@ -76,7 +80,7 @@ class ModelEngine:
         # as many again for them: a full set of held sequences never blocks the running ones.
         rows = config.max_running_sequences * HELD_ROWS_FACTOR
         table = SlotTable(max_rows=rows, max_context_tokens=width, device=self.device)
-        native = self._native_model(pool, table)
+        native = None if self._native_reason is not None else self._native_model(self.model, pool, table)
         if native is None and prepack_supported(self.device, self.dtype):
             self.model.prepack_weights(PREPACK_BATCH_HINT)
         self.kv = KVManager(pool, table, config.kv_event_block_size)
@@ -222,11 +226,13 @@ class ModelEngine:
         config, weights = load_weights(source)
         check_checkpoint_fits(self.model.config, config, weights)
         model = LlamaModel(config, self.dtype, self.device)
-        model.load_hf_state_dict(weights, int4_weights=self.config.weights == "int4")
+        model.load_hf_state_dict(
+            weights, int4_weights=self.config.weights == "q4_1" and self.runner.native is None
+        )
         model.eval()
         native = None
         if self.runner.native is not None:
-            native = NativeModel(model, self.kv.pool, self.runner.table)
+            native = self._native_model(model, self.kv.pool, self.runner.table, source)
         elif prepack_supported(self.device, self.dtype):
             model.prepack_weights(PREPACK_BATCH_HINT)
         self.model = self.runner.model = model
@@ -241,17 +247,28 @@ class ModelEngine:
 
     # ── internals ───────────────────────────────────────────────────────────────────────────
 
-    def _native_model(self, pool: KVPool, table: SlotTable) -> NativeModel | None:
-        kernels = self.config.kernels
-        if kernels == "torch":
-            return None
-        reason = unsupported_reason(self.model, self.device, self.dtype)
-        if reason is None:
-            return NativeModel(self.model, pool, table)
-        if kernels == "native":
+    def _why_not_native(self) -> str | None:
+        """None when the native kernels run the steps; else why not (raised where they must run)."""
+        c = self.config
+        reason: str | None = "--kernels torch"
+        if c.kernels != "torch":
+            reason = unsupported_reason(load_config(c.source), self.device, self.dtype, c.weights)
+        if reason is not None and c.kernels == "native":
             raise ValueError(f"kernels='native' cannot run here: {reason}")
-        log.info("the torch model runs the steps: %s", reason)
-        return None
+        if reason is not None and c.weights == "int8":
+            raise ValueError(f"int8 weights run only in the native kernels, which cannot run here: {reason}")
+        if reason is not None:
+            log.info("the torch model runs the steps: %s", reason)
+        return reason
+
+    def _native_model(
+        self, model: LlamaModel, pool: KVPool, table: SlotTable, source: ModelSource | None = None
+    ) -> NativeModel:
+        source = source or self.config.source
+        stored = (
+            load_gguf_blocks(source.path) if self.config.weights != "dense" and source.kind == "gguf" else {}
+        )
+        return NativeModel(model, pool, table, self.config.weights, stored)
 
     def check_integrity(self) -> None:
         """Every KV slot is free, cached or owned by exactly one running output (tests call this)."""

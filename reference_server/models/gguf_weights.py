@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from reference_server.models.llama import LlamaConfig
+from reference_server.models.quantized import BlockFormat, BlockWeight
 
 GGUF_LAYER_TENSORS = {
     "attn_norm": "input_layernorm",
@@ -39,7 +40,28 @@ def load_gguf_llama(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     from gguf.quants import dequantize
 
     reader = GGUFReader(path)
+    config = _gguf_config(reader, path)
+    weights: dict[str, torch.Tensor] = {}
+    for tensor in reader.tensors:
+        array = np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)  # copies the memmap
+        name = _hf_name(tensor.name)
+        value = torch.from_numpy(array)
+        if name.endswith("q_proj.weight"):
+            value = _unpermute(value, config.num_heads)
+        elif name.endswith("k_proj.weight"):
+            value = _unpermute(value, config.num_kv_heads)
+        weights[name] = value
+    return config, weights
 
+
+def gguf_llama_config(path: Path) -> LlamaConfig:
+    """The configuration alone (no tensor is read)."""
+    from gguf import GGUFReader
+
+    return _gguf_config(GGUFReader(path), path)
+
+
+def _gguf_config(reader: Any, path: Path) -> LlamaConfig:
     def meta(key: str) -> Any:
         field = reader.fields.get(key)
         return None if field is None else field.contents()
@@ -70,17 +92,34 @@ def load_gguf_llama(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
         max_context_tokens=int(meta("llama.context_length")),
         tie_embeddings="output.weight" not in names,
     )
-    weights: dict[str, torch.Tensor] = {}
+    return config
+
+
+def load_gguf_blocks(path: Path) -> dict[str, BlockWeight]:
+    """The tensors a GGUF file stores as Q4_1 or Q8_0 blocks, as stored (Hugging Face names, q and
+    k rows in Hugging Face's order): the native kernels run them without dequantizing."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    formats: dict[object, BlockFormat] = {
+        GGMLQuantizationType.Q4_1: "q4_1",
+        GGMLQuantizationType.Q8_0: "q8_0",
+    }
+    reader = GGUFReader(path)
+    heads = {"q": int(reader.fields["llama.attention.head_count"].contents())}
+    kv_field = reader.fields.get("llama.attention.head_count_kv")
+    heads["k"] = heads["q"] if kv_field is None else int(kv_field.contents())
+    blocks: dict[str, BlockWeight] = {}
     for tensor in reader.tensors:
-        array = np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)  # copies the memmap
+        format = formats.get(tensor.tensor_type)
+        if format is None:
+            continue
         name = _hf_name(tensor.name)
-        value = torch.from_numpy(array)
-        if name.endswith("q_proj.weight"):
-            value = _unpermute(value, config.num_heads)
-        elif name.endswith("k_proj.weight"):
-            value = _unpermute(value, config.num_kv_heads)
-        weights[name] = value
-    return config, weights
+        array = np.array(tensor.data, dtype=np.uint8)  # [rows, blocks * block bytes]; copies the memmap
+        for projection, count in heads.items():
+            if name.endswith(f"{projection}_proj.weight"):
+                array = _unpermute_rows(array, count)
+        blocks[name] = BlockWeight(format, np.ascontiguousarray(array), int(tensor.shape[0]))
+    return blocks
 
 
 def _hf_name(gguf_name: str) -> str:
@@ -91,6 +130,13 @@ def _hf_name(gguf_name: str) -> str:
     if len(parts) == 3 and parts[0] == "blk" and parts[2] in GGUF_LAYER_TENSORS:
         return f"model.layers.{parts[1]}.{GGUF_LAYER_TENSORS[parts[2]]}.{suffix}"
     raise ValueError(f"unexpected GGUF tensor {gguf_name!r}")
+
+
+def _unpermute_rows(rows: np.ndarray, num_heads: int) -> np.ndarray:
+    """``_unpermute`` on whole rows (of blocks)."""
+    count = rows.shape[0]
+    head_dim = count // num_heads
+    return rows.reshape(num_heads, head_dim // 2, 2, -1).transpose(0, 2, 1, 3).reshape(count, -1)
 
 
 def _unpermute(weight: torch.Tensor, num_heads: int) -> torch.Tensor:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 
-from reference_server.models.gguf_weights import load_gguf_llama
-from reference_server.models.hf_weights import load_hf_llama
+from reference_server.models.gguf_weights import gguf_llama_config, load_gguf_llama
+from reference_server.models.hf_weights import hf_llama_config, load_hf_llama
 from reference_server.models.int4_linear import int4_supported
 from reference_server.models.llama import LlamaConfig, LlamaModel, hf_tensor_shapes
 from reference_server.models.packed_linear import prepack_supported
@@ -24,6 +26,13 @@ def load_weights(source: ModelSource) -> tuple[LlamaConfig, dict[str, torch.Tens
     return load_hf_llama(source.path)
 
 
+def load_config(source: ModelSource) -> LlamaConfig:
+    """The model's configuration, without reading its weights."""
+    if source.kind == "gguf":
+        return gguf_llama_config(source.path)
+    return hf_llama_config(json.loads((source.path / "config.json").read_text()), source.path)
+
+
 def load_llama(
     source: ModelSource,
     *,
@@ -32,7 +41,7 @@ def load_llama(
     int4_weights: bool = False,
     prepack: bool = True,
 ) -> LlamaModel:
-    """``int4_weights``: the layers' projections as 4-bit groups of 32 (CPU, bf16 only).
+    """``int4_weights``: the layers' projections as 4-bit groups of 32 in torch's int4 kernel (CPU, bf16 only).
     ``prepack``: give bf16 CPU projections oneDNN's layout now (``LlamaModel.prepack_weights``)."""
     if int4_weights and not int4_supported(device, dtype):
         raise ValueError(f"int4 weights need the CPU and bfloat16, not {device.type} and {dtype}")

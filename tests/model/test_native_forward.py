@@ -13,8 +13,9 @@ from engine_driver import assert_idle, request, run
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.model_engine import ModelEngine
 from reference_server.engine.native.kernels import unavailable_reason
-from reference_server.engine.native.model import PANEL, unsupported_reason
-from reference_server.models.llama import LlamaModel
+from reference_server.engine.native.model import FORMAT_CODES, PANEL, unsupported_reason
+from reference_server.models.llama import LlamaConfig
+from reference_server.models.quantized import BlockFormat, BlockWeight, quantize
 from reference_server.models.tokenizer import TokenizerBundle
 
 pytestmark = pytest.mark.model
@@ -50,11 +51,63 @@ def test_matmul_rows_do_not_change_with_the_batch_or_the_threads() -> None:
     assert torch.allclose(together.double(), exact, rtol=1e-5, atol=1e-4)
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[ModelEngine]:
+def packed_blocks(weight: BlockWeight) -> tuple[torch.Tensor, int]:
+    from reference_server.engine.native.kernels import load_kernels
+
+    lib, code = load_kernels(), FORMAT_CODES[weight.format]
+    packed = torch.empty(lib.lm_packed_bytes(code, weight.rows, weight.columns), dtype=torch.uint8)
+    lib.lm_pack_quant(code, weight.blocks.ctypes.data, packed.data_ptr(), weight.rows, weight.columns)
+    return packed, code
+
+
+def quantized_matmul(weight: BlockWeight, x: torch.Tensor, threads: int = 1) -> torch.Tensor:
+    from reference_server.engine.native.kernels import load_kernels
+
+    packed, code = packed_blocks(weight)
+    y = torch.empty((x.shape[0], weight.rows), dtype=torch.float32)
+    status = load_kernels().lm_project(
+        code, packed.data_ptr(), x.data_ptr(), y.data_ptr(), x.shape[0], weight.rows, weight.columns, threads
+    )
+    assert status == 0
+    return y
+
+
+@needs_kernels
+@pytest.mark.parametrize("format", ["q4_1", "q8_0"])
+def test_quantized_matmul_is_the_dequantized_weights_in_float64(format: BlockFormat) -> None:
+    """The codes become bf16 in registers and each group's sum is scaled once: no weight is
+    rounded, so the products are those of GGUF's own dequantized values, to float32 sums."""
+    from reference_server.engine.native.kernels import load_kernels
+
+    generator = torch.Generator().manual_seed(11)
+    # 200 outputs: three full panels and a partial one; 7 rows: two full register tiles and one
+    weight = quantize(torch.randn((200, 96), generator=generator) * 0.05, format)
+    x = torch.randn((7, 96), generator=generator).bfloat16()
+    together = quantized_matmul(weight, x)
+    alone = torch.cat([quantized_matmul(weight, x[i : i + 1].contiguous()) for i in range(7)])
+    assert torch.equal(together, alone)
+    assert torch.equal(together, quantized_matmul(weight, x, threads=2))
+    values = weight.dequantized().double()
+    exact = x.double() @ values.T
+    scale = x.double().abs() @ values.abs().T  # the size of the sum's terms
+    assert float(((together.double() - exact).abs() / scale).max()) < 1e-6
+    # a column read back (a tied head's embedding row) is the GGUF value exactly
+    packed, code = packed_blocks(weight)
+    column = torch.empty(96, dtype=torch.float32)
+    for n in (0, 63, 64, 199):
+        load_kernels().lm_unpack_column(code, packed.data_ptr(), n, 96, column.data_ptr())
+        assert torch.equal(column, values[n].float())
+
+
+@pytest.fixture(scope="module", params=["dense", "q4_1", "int8"])
+def engine(request: pytest.FixtureRequest) -> Iterator[ModelEngine]:
+    """The native engine with each weight format (the module's tests run once per format)."""
     if KERNELS_MISSING is not None:
         pytest.skip(f"no native kernels: {KERNELS_MISSING}")
-    yield ModelEngine(ModelEngineConfig(kv_tokens=4096, load_embedding_model=False, kernels="native"))
+    config = ModelEngineConfig(
+        kv_tokens=4096, load_embedding_model=False, kernels="native", weights=request.param
+    )
+    yield ModelEngine(config)
 
 
 def chat(tokenizer: TokenizerBundle, text: str) -> list[int]:
@@ -138,9 +191,13 @@ def test_out_of_range_ids_and_positions_are_refused_before_anything_is_written(e
 
 
 def test_unsupported_settings_say_why(tokenizer: TokenizerBundle) -> None:
-    model = LlamaModel.__new__(LlamaModel)  # unsupported_reason reads the device and dtype first
-    assert "bfloat16 on the CPU" in str(unsupported_reason(model, torch.device("cpu"), torch.float32))
+    config = LlamaConfig.__new__(LlamaConfig)  # unsupported_reason reads the device and dtype first
+    assert "bfloat16 on the CPU" in str(unsupported_reason(config, torch.device("cpu"), torch.float32))
     with pytest.raises(ValueError, match="kernels='native' cannot run here"):
         ModelEngine(
             ModelEngineConfig(dtype="float32", kv_tokens=256, load_embedding_model=False, kernels="native")
+        )
+    with pytest.raises(ValueError, match=r"int8 weights run only in the native kernels.*--kernels torch"):
+        ModelEngine(
+            ModelEngineConfig(kv_tokens=256, load_embedding_model=False, weights="int8", kernels="torch")
         )

@@ -23,19 +23,20 @@ typedef uint16_t bf16;
 typedef struct {
     int32_t num_layers, hidden, intermediate, num_heads, num_kv_heads, head_dim, vocab;
     int32_t table_width, max_positions;
+    int32_t layer_format, head_format; /* FORMAT_* of the layers' projections and of the head */
     float eps;
-    const bf16 *embed;        /* [vocab, hidden] */
-    const bf16 *head;         /* [vocab, hidden] */
+    const bf16 *embed;        /* [vocab, hidden], or NULL: the (tied) head's columns */
+    const void *head;         /* [vocab, hidden] packed */
     const float *final_norm;  /* [hidden] */
     const float *rope_cos;    /* [max_positions, head_dim / 2] */
     const float *rope_sin;
     const int32_t *slot_table; /* [rows, table_width] */
     const float *const *input_norm;  /* per layer [hidden] */
     const float *const *post_norm;
-    const bf16 *const *qkv;      /* per layer [(heads + 2 kv heads) * head_dim, hidden] */
-    const bf16 *const *o;        /* [hidden, heads * head_dim] */
-    const bf16 *const *gate_up;  /* [2 * intermediate, hidden] */
-    const bf16 *const *down;     /* [hidden, intermediate] */
+    const void *const *qkv;      /* per layer, packed: [(heads + 2 kv heads) * head_dim, hidden] */
+    const void *const *o;        /* [hidden, heads * head_dim] */
+    const void *const *gate_up;  /* [2 * intermediate, hidden] */
+    const void *const *down;     /* [hidden, intermediate] */
     bf16 *const *k_pool;         /* per layer [slots, kv heads, head_dim] */
     bf16 *const *v_pool;
 } lm_model;
@@ -132,6 +133,224 @@ void lm_pack_weight(const bf16 *w, bf16 *packed, int N, int K) {
                     int n = b * PANEL + c;
                     packed[(((size_t)b * (K / 2) + kp) * PANEL + c) * 2 + e] = n < N ? w[(size_t)n * K + 2 * kp + e] : 0;
                 }
+}
+
+/* ── quantized weights: groups of 32 inputs of one output column share an fp16 scale d ──────
+ * q4_1 (GGUF Q4_1): w = d * c + m, codes c in 0 .. 15 and an fp16 minimum m per group.
+ * q8_0 (GGUF Q8_0): w = d * c, codes c in -128 .. 127, stored as c = 16 * hi + lo (hi signed).
+ * Packed (lm_pack_quant) in panels of 64 columns, group after group: the group's 16 k pairs of
+ * codes, then d[64] (and for q4_1 m[64]) as fp16. A k pair holds 32 16-bit words per 64 bytes;
+ * word i is lane i / 2, element i % 2 of a pair-interleaved vector (as the bf16 panels), and its
+ * four nibbles feed four vectors: q4_1's 64 bytes are the codes of vectors 0 .. 3 (nibble j for
+ * vector j); q8_0's 128 bytes are two halves, each the lo nibbles of its two vectors, then their
+ * hi nibbles. A vpermw looks each nibble up as an exact bf16 value (0 .. 15, or 16 * (hi - 8)),
+ * so one dpbf16 adds a k pair to 16 columns as with bf16 weights, and the dequantized weight is
+ * never rounded: a group's sum of codes times inputs is scaled once, y = sum_g d * sum_k c x
+ * (+ m * sum_k x). The order of every sum depends on nothing but the row's own inputs. */
+
+#define FORMAT_BF16 0
+#define FORMAT_Q4_1 1
+#define FORMAT_Q8_0 2
+#define GROUP 32             /* inputs per scale */
+#define QUANT_ROWS 3         /* activation rows per register tile (two accumulators per output) */
+#define GGUF_Q4_1_BYTES 20   /* per block of 32: fp16 d, fp16 m, 16 bytes of nibbles */
+#define GGUF_Q8_0_BYTES 34   /* per block of 32: fp16 d, 32 int8 */
+
+static inline size_t code_bytes(int format) { return format == FORMAT_Q8_0 ? 128 : 64; } /* per k pair */
+static inline size_t group_bytes(int format) {
+    return 16 * code_bytes(format) + (format == FORMAT_Q8_0 ? 1 : 2) * PANEL * sizeof(uint16_t);
+}
+
+/* bytes of a packed [N, K] weight (0 for a shape the format cannot hold) */
+size_t lm_packed_bytes(int format, int N, int K) {
+    const size_t panels = (size_t)(N + PANEL - 1) / PANEL;
+    if (format == FORMAT_BF16) return K % 2 ? 0 : panels * PANEL * K * sizeof(bf16);
+    if ((format != FORMAT_Q4_1 && format != FORMAT_Q8_0) || K % GROUP) return 0;
+    return panels * (K / GROUP) * group_bytes(format);
+}
+
+static inline int block_code(int format, const uint8_t *block, int e) { /* GGUF block, element e */
+    if (format == FORMAT_Q8_0) return (int8_t)block[2 + e];
+    return e < 16 ? block[4 + e] & 15 : block[4 + e - 16] >> 4;
+}
+
+/* blocks: a GGUF tensor [N][K / 32 blocks] of the format → panels; columns past N get zeros */
+void lm_pack_quant(int format, const uint8_t *blocks, uint8_t *packed, int N, int K) {
+    const int groups = K / GROUP, panels = (N + PANEL - 1) / PANEL;
+    const size_t block_bytes = format == FORMAT_Q8_0 ? GGUF_Q8_0_BYTES : GGUF_Q4_1_BYTES;
+    memset(packed, 0, lm_packed_bytes(format, N, K));
+    for (int b = 0; b < panels; b++)
+        for (int g = 0; g < groups; g++) {
+            uint8_t *out = packed + ((size_t)b * groups + g) * group_bytes(format);
+            uint16_t *scales = (uint16_t *)(out + 16 * code_bytes(format));
+            for (int c = 0; c < PANEL && b * PANEL + c < N; c++) {
+                const uint8_t *block = blocks + ((size_t)(b * PANEL + c) * groups + g) * block_bytes;
+                memcpy(&scales[c], block, 2);
+                if (format == FORMAT_Q4_1) memcpy(&scales[PANEL + c], block + 2, 2);
+                const int vector = c / 16, lane = c % 16;
+                for (int e = 0; e < GROUP; e++) {
+                    uint16_t *words = (uint16_t *)(out + (size_t)(e / 2) * code_bytes(format));
+                    const int code = block_code(format, block, e), word = 2 * lane + e % 2;
+                    if (format == FORMAT_Q4_1) {
+                        words[word] |= (uint16_t)(code << (4 * vector));
+                    } else { /* half vector / 2; lo nibble at 4 * (vector % 2), hi (+8) at 8 + 4 * (vector % 2) */
+                        uint16_t *half = words + 32 * (vector / 2);
+                        const int hi = (code >> 4) + 8, lo = code & 15;
+                        half[word] |= (uint16_t)((lo << (4 * (vector % 2))) | (hi << (8 + 4 * (vector % 2))));
+                    }
+                }
+            }
+        }
+}
+
+/* the bf16 bits of each nibble's value, twice: vpermw reads 5 index bits, so the bit above a nibble is ignored */
+static const uint16_t LOW_CODES[32] = {
+    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
+    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
+};
+static const uint16_t HIGH_CODES[32] = { /* 16 * (n - 8) */
+    0xc300, 0xc2e0, 0xc2c0, 0xc2a0, 0xc280, 0xc240, 0xc200, 0xc180, 0x0000, 0x4180, 0x4200, 0x4240, 0x4280, 0x42a0, 0x42c0, 0x42e0,
+    0xc300, 0xc2e0, 0xc2c0, 0xc2a0, 0xc280, 0xc240, 0xc200, 0xc180, 0x0000, 0x4180, 0x4200, 0x4240, 0x4280, 0x42a0, 0x42c0, 0x42e0,
+};
+
+static inline __m512bh nibbles(__m512i words, int shift, __m512i table) {
+    return (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(words, shift), table);
+}
+
+/* sums[m * groups + g]: the sum of row m's inputs in group g (q4_1's minimum multiplies it) */
+static void group_sums(const bf16 *x, float *sums, int M, int K) {
+    for (int m = 0; m < M; m++)
+        for (int g = 0; g < K / GROUP; g++) {
+            const bf16 *xg = x + (size_t)m * K + g * GROUP;
+            __m512 lo = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)xg));
+            __m512 hi = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)(xg + 16)));
+            sums[(size_t)m * (K / GROUP) + g] = _mm512_reduce_add_ps(_mm512_add_ps(lo, hi));
+        }
+}
+
+static inline __attribute__((always_inline)) void quant_tile(
+    const uint8_t *panel, const int format, const bf16 *x, const float *sums, float *y, int K, int N, int ncols,
+    const int M) {
+    const int groups = K / GROUP;
+    const __m512i low = _mm512_loadu_si512(LOW_CODES), high = _mm512_loadu_si512(HIGH_CODES);
+    __m512 total[QUANT_ROWS][4];
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < 4; j++) total[m][j] = _mm512_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *codes = panel + (size_t)g * group_bytes(format);
+        __m512 acc[QUANT_ROWS][4];
+        for (int m = 0; m < M; m++)
+            for (int j = 0; j < 4; j++) acc[m][j] = _mm512_setzero_ps();
+        for (int kp = 0; kp < GROUP / 2; kp++) {
+            const int k = g * GROUP + 2 * kp;
+            if (format == FORMAT_Q4_1) {
+                const __m512i words = _mm512_loadu_si512(codes + (size_t)kp * 64);
+                const __m512bh w0 = nibbles(words, 0, low), w1 = nibbles(words, 4, low);
+                const __m512bh w2 = nibbles(words, 8, low), w3 = nibbles(words, 12, low);
+                for (int m = 0; m < M; m++) {
+                    int32_t pair;
+                    memcpy(&pair, x + (size_t)m * K + k, sizeof pair);
+                    const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+                    acc[m][0] = _mm512_dpbf16_ps(acc[m][0], w0, xv);
+                    acc[m][1] = _mm512_dpbf16_ps(acc[m][1], w1, xv);
+                    acc[m][2] = _mm512_dpbf16_ps(acc[m][2], w2, xv);
+                    acc[m][3] = _mm512_dpbf16_ps(acc[m][3], w3, xv);
+                }
+            } else {
+                for (int h = 0; h < 2; h++) {
+                    const __m512i words = _mm512_loadu_si512(codes + (size_t)kp * 128 + 64 * h);
+                    const __m512bh lo0 = nibbles(words, 0, low), lo1 = nibbles(words, 4, low);
+                    const __m512bh hi0 = nibbles(words, 8, high), hi1 = nibbles(words, 12, high);
+                    for (int m = 0; m < M; m++) {
+                        int32_t pair;
+                        memcpy(&pair, x + (size_t)m * K + k, sizeof pair);
+                        const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+                        acc[m][2 * h] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[m][2 * h], lo0, xv), hi0, xv);
+                        acc[m][2 * h + 1] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[m][2 * h + 1], lo1, xv), hi1, xv);
+                    }
+                }
+            }
+        }
+        const uint16_t *scales = (const uint16_t *)(codes + 16 * code_bytes(format));
+        for (int j = 0; j < 4; j++) {
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + 16 * j)));
+            for (int m = 0; m < M; m++) total[m][j] = _mm512_fmadd_ps(acc[m][j], d, total[m][j]);
+            if (format == FORMAT_Q4_1) {
+                const __m512 minimum = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + PANEL + 16 * j)));
+                for (int m = 0; m < M; m++)
+                    total[m][j] = _mm512_fmadd_ps(minimum, _mm512_set1_ps(sums[(size_t)m * groups + g]), total[m][j]);
+            }
+        }
+    }
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < 4; j++) {
+            int left = ncols - 16 * j;
+            if (left <= 0) break;
+            __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+            _mm512_mask_storeu_ps(y + (size_t)m * N + 16 * j, mask, total[m][j]);
+        }
+}
+
+/* sums: scratch of M * K / 32 floats */
+static void matmul_quant(const uint8_t *w, int format, const bf16 *x, float *sums, float *y, int M, int N, int K,
+                         int threads) {
+    const int panels = (N + PANEL - 1) / PANEL;
+    if (format == FORMAT_Q4_1) group_sums(x, sums, M, K);
+    const size_t panel_bytes = (size_t)(K / GROUP) * group_bytes(format);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int b = 0; b < panels; b++) {
+        const int n = b * PANEL, ncols = N - n < PANEL ? N - n : PANEL;
+        const uint8_t *panel = w + (size_t)b * panel_bytes;
+        for (int m = 0; m < M; m += QUANT_ROWS) {
+            const bf16 *xm = x + (size_t)m * K;
+            const float *sm = sums + (size_t)m * (K / GROUP);
+            float *ym = y + (size_t)m * N + n;
+            const int rows = M - m < QUANT_ROWS ? M - m : QUANT_ROWS;
+            if (format == FORMAT_Q4_1) {
+                if (rows == 1) quant_tile(panel, FORMAT_Q4_1, xm, sm, ym, K, N, ncols, 1);
+                else if (rows == 2) quant_tile(panel, FORMAT_Q4_1, xm, sm, ym, K, N, ncols, 2);
+                else quant_tile(panel, FORMAT_Q4_1, xm, sm, ym, K, N, ncols, 3);
+            } else {
+                if (rows == 1) quant_tile(panel, FORMAT_Q8_0, xm, sm, ym, K, N, ncols, 1);
+                else if (rows == 2) quant_tile(panel, FORMAT_Q8_0, xm, sm, ym, K, N, ncols, 2);
+                else quant_tile(panel, FORMAT_Q8_0, xm, sm, ym, K, N, ncols, 3);
+            }
+        }
+    }
+}
+
+/* y = x w^T for a weight of any format; sums: scratch of M * K / 32 floats (quantized formats) */
+static void project(int format, const void *w, const bf16 *x, float *sums, float *y, int M, int N, int K, int threads) {
+    if (format == FORMAT_BF16) matmul(w, x, y, M, N, K, threads);
+    else matmul_quant(w, format, x, sums, y, M, N, K, threads);
+}
+
+/* the weight of column n as float32 (the embedding row of a token, for a tied quantized head) */
+static void unpack_column(int format, const void *w, int n, int K, float *out) {
+    if (format == FORMAT_BF16) {
+        const bf16 *panel = (const bf16 *)w + (size_t)(n / PANEL) * PANEL * K;
+        for (int k = 0; k < K; k++) out[k] = bf16_to_f32(panel[((size_t)(k / 2) * PANEL + n % PANEL) * 2 + k % 2]);
+        return;
+    }
+    const int groups = K / GROUP, c = n % PANEL, vector = c / 16, lane = c % 16;
+    const uint8_t *panel = (const uint8_t *)w + (size_t)(n / PANEL) * groups * group_bytes(format);
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *codes = panel + (size_t)g * group_bytes(format);
+        const uint16_t *scales = (const uint16_t *)(codes + 16 * code_bytes(format));
+        const float d = _cvtsh_ss(scales[c]), minimum = format == FORMAT_Q4_1 ? _cvtsh_ss(scales[PANEL + c]) : 0.0f;
+        for (int e = 0; e < GROUP; e++) {
+            const uint16_t *words = (const uint16_t *)(codes + (size_t)(e / 2) * code_bytes(format));
+            const int word = 2 * lane + e % 2;
+            int code;
+            if (format == FORMAT_Q4_1) {
+                code = (words[word] >> (4 * vector)) & 15;
+            } else {
+                const uint16_t bits = words[32 * (vector / 2) + word];
+                code = 16 * (((bits >> (8 + 4 * (vector % 2))) & 15) - 8) + ((bits >> (4 * (vector % 2))) & 15);
+            }
+            out[g * GROUP + e] = d * (float)code + minimum; /* d * code is exact: one rounding, as GGUF's */
+        }
+    }
 }
 
 /* ── elementwise parts ───────────────────────────────────────────────────────────────────── */
@@ -489,7 +708,8 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     int max_len = 0;
     for (int t = 0; t < T; t++) max_len = positions[t] + 1 > max_len ? (int)positions[t] + 1 : max_len;
     const int padded_max = (max_len + 15) & ~15, workers = threads > 1 ? threads : 1;
-    int widest = QKV > 2 * I ? QKV : 2 * I;
+    int widest = QKV > 2 * I ? QKV : 2 * I, deepest = I > QS ? I : QS;
+    deepest = deepest > H ? deepest : H;
     float *x = malloc(sizeof(float) * T * H);
     float *y = malloc(sizeof(float) * T * (widest > H ? widest : H));
     bf16 *act = malloc(sizeof(bf16) * T * (I > QS ? I : QS));
@@ -501,15 +721,16 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     float *scores = malloc(sizeof(float) * head_scratch * workers);
     bf16 *probs = malloc(sizeof(bf16) * head_scratch * workers);
     float *accs = malloc(sizeof(float) * acc_scratch * workers);
+    float *sums = malloc(sizeof(float) * T * (deepest / GROUP + 1));
     /* attention units: a prompt chunk per KV head (its rows share the gathered keys); a lone row for all
      * its KV heads at once, or per KV head when there are too few lone rows to keep the threads busy */
     int lone = 0;
     for (int c = 0; c < num_chunks; c++) lone += chunk_starts[c + 1] - chunk_starts[c] == 1;
     const int lone_split = lone < threads ? KVH : 1;
     int *units = malloc(sizeof(int) * 2 * ((size_t)num_chunks * KVH + 1)), num_units = 0;
-    if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !scores || !probs || !accs || !units) {
+    if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !scores || !probs || !accs || !sums || !units) {
         free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(scores); free(probs);
-        free(accs); free(units);
+        free(accs); free(sums); free(units);
         return -1;
     }
     for (int c = 0; c < num_chunks; c++) {
@@ -520,12 +741,17 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
             num_units++;
         }
     }
-    for (int t = 0; t < T; t++)
+    for (int t = 0; t < T; t++) {
+        if (md->embed == NULL) {
+            unpack_column(md->head_format, md->head, (int)token_ids[t], H, x + (size_t)t * H);
+            continue;
+        }
         for (int i = 0; i < H; i++) x[(size_t)t * H + i] = bf16_to_f32(md->embed[(size_t)token_ids[t] * H + i]);
+    }
 
     for (int layer = 0; layer < md->num_layers; layer++) {
         rms_norm(x, md->input_norm[layer], normed, T, H, md->eps);
-        matmul(md->qkv[layer], normed, y, T, QKV, H, threads);
+        project(md->layer_format, md->qkv[layer], normed, sums, y, T, QKV, H, threads);
         for (int t = 0; t < T; t++) {
             float *r = y + (size_t)t * QKV;
             const float *cos = md->rope_cos + (size_t)positions[t] * half, *sin = md->rope_sin + (size_t)positions[t] * half;
@@ -572,10 +798,10 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
                 attend_gathered(view, q + heads, group, D, (int)positions[t] + 1, &w, act + heads);
             }
         }
-        matmul(md->o[layer], act, y, T, H, QS, threads);
+        project(md->layer_format, md->o[layer], act, sums, y, T, H, QS, threads);
         add_rounded(x, y, (size_t)T * H);
         rms_norm(x, md->post_norm[layer], normed, T, H, md->eps);
-        matmul(md->gate_up[layer], normed, y, T, 2 * I, H, threads);
+        project(md->layer_format, md->gate_up[layer], normed, sums, y, T, 2 * I, H, threads);
         for (int t = 0; t < T; t++) {
             const float *g = y + (size_t)t * 2 * I, *u = g + I;
             for (int i = 0; i < I; i += 16) {  /* silu(gate) * up, each rounded to bf16 as in torch */
@@ -586,14 +812,14 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
                 _mm256_storeu_si256((__m256i *)(act + (size_t)t * I + i), (__m256i)_mm512_cvtneps_pbh(product));
             }
         }
-        matmul(md->down[layer], act, y, T, H, I, threads);
+        project(md->layer_format, md->down[layer], act, sums, y, T, H, I, threads);
         add_rounded(x, y, (size_t)T * H);
     }
     for (int j = 0; j < num_logits; j++) memmove(x + (size_t)j * H, x + (size_t)logit_tokens[j] * H, sizeof(float) * H);
     rms_norm(x, md->final_norm, normed, num_logits, H, md->eps);
-    matmul(md->head, normed, logits, num_logits, md->vocab, H, threads);
+    project(md->head_format, md->head, normed, sums, logits, num_logits, md->vocab, H, threads);
     free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(scores); free(probs);
-    free(accs); free(units);
+    free(accs); free(sums); free(units);
     return 0;
 }
 
@@ -601,3 +827,15 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
 void lm_matmul(const bf16 *w, const bf16 *x, float *y, int M, int N, int K, int threads) {
     matmul(w, x, y, M, N, K, threads);
 }
+
+/* for tests: the matmul of a packed weight of any format; -1 when scratch memory could not be allocated */
+int lm_project(int format, const void *w, const bf16 *x, float *y, int M, int N, int K, int threads) {
+    float *sums = malloc(sizeof(float) * M * (K / GROUP + 1));
+    if (!sums) return -1;
+    project(format, w, x, sums, y, M, N, K, threads);
+    free(sums);
+    return 0;
+}
+
+/* for tests: column n of a packed weight as float32 */
+void lm_unpack_column(int format, const void *w, int n, int K, float *out) { unpack_column(format, w, n, K, out); }

@@ -76,6 +76,14 @@ def load_kernels() -> ctypes.CDLL:
         pointer, integer, pointer, pointer, integer, pointer, pointer, pointer, integer, pointer, pointer, integer,
     ]  # fmt: skip
     lib.lm_forward.restype = integer
+    lib.lm_packed_bytes.argtypes = [integer, integer, integer]
+    lib.lm_packed_bytes.restype = ctypes.c_size_t
+    lib.lm_pack_quant.argtypes = [integer, pointer, pointer, integer, integer]
+    lib.lm_pack_quant.restype = None
+    lib.lm_project.argtypes = [integer, pointer, pointer, pointer, integer, integer, integer, integer]
+    lib.lm_project.restype = integer
+    lib.lm_unpack_column.argtypes = [integer, pointer, integer, integer, pointer]
+    lib.lm_unpack_column.restype = None
     return lib
 
 

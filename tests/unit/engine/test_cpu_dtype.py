@@ -29,9 +29,9 @@ def test_default_cpu_dtype_follows_native_bf16(
     )
 
 
-def test_int4_keeps_bf16_without_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_quantized_weights_keep_bf16_without_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu, "cpu_flags", lambda: AVX2)
-    config = ModelEngineConfig(load_embedding_model=False, weights="int4")
+    config = ModelEngineConfig(load_embedding_model=False, weights="q4_1")
     assert config.torch_dtype(torch.device("cpu")) == torch.bfloat16
 
 

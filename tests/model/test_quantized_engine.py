@@ -1,5 +1,6 @@
-"""The engine with ``weights="int4"`` (the Q4_1 GGUF's layer weights kept 4-bit): the same batch
-invariance as the dense engine, and the model still answers."""
+"""The engine with quantized weights (``q4_1``: the Q4_1 GGUF's layer weights kept 4-bit, in torch's
+int4 kernel or the native one; ``int8``, native only): the same batch invariance as the dense
+engine, and the model still answers."""
 
 from __future__ import annotations
 
@@ -8,23 +9,36 @@ from engine_driver import request, run, sampling
 
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.model_engine import ModelEngine
+from reference_server.engine.native.kernels import unavailable_reason
 from reference_server.models.int4_linear import Int4Linear
 from reference_server.models.tokenizer import TokenizerBundle
 
 pytestmark = pytest.mark.model
+KERNELS_MISSING = unavailable_reason()
 
 
-def test_int4_engine_is_batch_invariant_and_answers(tokenizer: TokenizerBundle) -> None:
+@pytest.mark.parametrize(("weights", "kernels"), [("q4_1", "torch"), ("q4_1", "native"), ("int8", "native")])
+def test_quantized_engine_is_batch_invariant_and_answers(
+    tokenizer: TokenizerBundle, weights: str, kernels: str
+) -> None:
+    if kernels == "native" and KERNELS_MISSING is not None:
+        pytest.skip(f"no native kernels: {KERNELS_MISSING}")
     engine = ModelEngine(
         ModelEngineConfig(
             kv_tokens=4096,
             max_running_sequences=8,
             max_batch_tokens=64,
             load_embedding_model=False,
-            weights="int4",
+            weights=weights,
+            kernels=kernels,
         )
     )
-    assert isinstance(engine.model.layers[0].qkv_proj, Int4Linear)
+    native = engine.runner.native
+    if kernels == "torch":
+        assert native is None and isinstance(engine.model.layers[0].qkv_proj, Int4Linear)
+    else:
+        assert native is not None and native.layer_format == {"q4_1": "q4_1", "int8": "q8_0"}[weights]
+        assert native.head_format == "q8_0"  # the embedded GGUF's own token embedding is Q8_0
 
     def chat(text: str) -> list[int]:
         return tokenizer.encode_chat([{"role": "user", "content": text}])
