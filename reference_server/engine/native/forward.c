@@ -73,6 +73,10 @@ static void add_rounded(float *x, const float *y, size_t n) {
 
 #define PANEL 64  /* output columns per panel: 4 vectors of 16 */
 #define ROWS_M 6  /* activation rows per register tile */
+/* bytes of weights requested this far ahead of their use: on its own the hardware's prefetch
+ * keeps a one-row matmul at about half the memory's bandwidth (bench: 66 MB of 4-bit panels read
+ * at 20 GB/s with it, 11 GB/s without) */
+#define PREFETCH_AHEAD 8192
 
 static inline __attribute__((always_inline)) void tile(
     const bf16 *panel, const bf16 *x, float *y, int K, int N, int ncols, const int M) {
@@ -81,6 +85,8 @@ static inline __attribute__((always_inline)) void tile(
         for (int j = 0; j < 4; j++) acc[m][j] = _mm512_setzero_ps();
     for (int kp = 0; kp < K / 2; kp++) {
         const bf16 *wp = panel + (size_t)kp * 2 * PANEL;
+        _mm_prefetch((const char *)wp + PREFETCH_AHEAD, _MM_HINT_T0);
+        _mm_prefetch((const char *)wp + PREFETCH_AHEAD + 64, _MM_HINT_T0);
         __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp), w1 = (__m512bh)_mm512_loadu_si512(wp + 32);
         __m512bh w2 = (__m512bh)_mm512_loadu_si512(wp + 64), w3 = (__m512bh)_mm512_loadu_si512(wp + 96);
         for (int m = 0; m < M; m++) {
@@ -243,6 +249,9 @@ static inline __attribute__((always_inline)) void quant_tile(
             for (int j = 0; j < 4; j++) acc[m][j] = _mm512_setzero_ps();
         for (int kp = 0; kp < GROUP / 2; kp++) {
             const int k = g * GROUP + 2 * kp;
+            const char *ahead = (const char *)codes + (size_t)kp * code_bytes(format) + PREFETCH_AHEAD;
+            _mm_prefetch(ahead, _MM_HINT_T0);
+            if (format == FORMAT_Q8_0) _mm_prefetch(ahead + 64, _MM_HINT_T0);
             if (format == FORMAT_Q4_1) {
                 const __m512i words = _mm512_loadu_si512(codes + (size_t)kp * 64);
                 const __m512bh w0 = nibbles(words, 0, low), w1 = nibbles(words, 4, low);
