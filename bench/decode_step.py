@@ -100,7 +100,7 @@ def measure(threads: int, steps: int, weights: str, kernels: str, context: int) 
         (getattr(layer, name), inner if name == "down_proj" else x)
         for layer in model.layers
         for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
-    ]
+    ]  # the torch model's own projections (gone in a native engine)
 
     def projections() -> None:
         with torch.inference_mode():
@@ -108,7 +108,8 @@ def measure(threads: int, steps: int, weights: str, kernels: str, context: int) 
                 linear(rows)
             model.compute_logits(x[:1])
 
-    parts["projections"] = median_ms(projections, repeats)
+    # a native engine released its torch weights: the step is the native call, nothing to split
+    parts["projections"] = float("nan") if runner.native is not None else median_ms(projections, repeats)
     c = model.config
     q = torch.zeros(4, c.num_heads, c.head_dim, dtype=engine.dtype)
     kv = torch.zeros(4, c.num_kv_heads, c.head_dim, dtype=engine.dtype)

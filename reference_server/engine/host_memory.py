@@ -23,14 +23,30 @@ MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's largest; blocks above it are mapped (
 TRIM_THRESHOLD_BYTES = 1 << 30
 
 
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the kernel once (after loading, whose float32 copies of
+    the checkpoint the kept heap would otherwise hold for the process's life)."""
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is not None:
+        trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+        trim(0)
+
+
 def keep_freed_memory() -> bool:
     """Set the thresholds on glibc (True); elsewhere (musl, macOS) change nothing (False)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(

@@ -10,7 +10,7 @@ from reference_server.engine.attention import create_attention_backend, resolve_
 from reference_server.engine.batcher import Batcher, BatcherConfig, ScheduledChunk
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.embedding import SentenceEmbedder
-from reference_server.engine.host_memory import keep_freed_memory
+from reference_server.engine.host_memory import keep_freed_memory, release_freed_memory
 from reference_server.engine.kv_manager import KVManager
 from reference_server.engine.kv_pool import KVPool, SlotTable
 from reference_server.engine.model_runner import ModelRunner
@@ -81,6 +81,9 @@ class ModelEngine:
         rows = config.max_running_sequences * HELD_ROWS_FACTOR
         table = SlotTable(max_rows=rows, max_context_tokens=width, device=self.device)
         native = None if self._native_reason is not None else self._native_model(self.model, pool, table)
+        if native is not None:
+            self.model.release_weights()
+        release_freed_memory()
         if native is None and prepack_supported(self.device, self.dtype):
             self.model.prepack_weights(PREPACK_BATCH_HINT)
         self.kv = KVManager(pool, table, config.kv_event_block_size)
@@ -233,10 +236,12 @@ class ModelEngine:
         native = None
         if self.runner.native is not None:
             native = self._native_model(model, self.kv.pool, self.runner.table, source)
+            model.release_weights()
         elif prepack_supported(self.device, self.dtype):
             model.prepack_weights(PREPACK_BATCH_HINT)
         self.model = self.runner.model = model
         self.runner.native = native
+        release_freed_memory()
         released = self.kv.retire_cache()
         in_flight = len(self.batcher.running) + len(self.batcher.waiting)
         log.info("weights replaced from %s (%d requests in flight go on with them)", source.path, in_flight)

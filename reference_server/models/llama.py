@@ -147,6 +147,13 @@ class RotaryEmbedding:
         return (xf * cos + xf.roll(x.shape[-1] // 2, dims=-1) * signed_sin).to(x.dtype)
 
 
+class Released(nn.Module):
+    """Where a weight was, once the native kernels hold their own copy (``LlamaModel.release_weights``)."""
+
+    def forward(self, *args: object) -> torch.Tensor:
+        raise RuntimeError("this model's weights were released: the native kernels run it")
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, config: LlamaConfig, index: int, dtype: torch.dtype) -> None:
         super().__init__()
@@ -233,6 +240,16 @@ class LlamaModel(nn.Module):
                     setattr(layer, name, PackedLinear(linear.weight, batch_hint))
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         self.packed_head = PackedLinear(head, batch_hint)
+
+    def release_weights(self) -> None:
+        """Drop the projections, the embedding table and the LM head (the native kernels packed
+        their own copies and keep what else they read alive); the torch model cannot run after."""
+        for layer in self.layers:
+            for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
+                setattr(layer, name, Released())
+        self.embed_tokens = Released()  # type: ignore[assignment]
+        self.lm_head = None
+        self.packed_head = None
 
     def load_hf_state_dict(self, weights: dict[str, torch.Tensor], *, int4_weights: bool = False) -> None:
         """Load Hugging Face-named Llama weights (any float dtype), fusing qkv and gate/up.

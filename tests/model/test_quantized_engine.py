@@ -11,6 +11,7 @@ from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.model_engine import ModelEngine
 from reference_server.engine.native.kernels import unavailable_reason
 from reference_server.models.int4_linear import Int4Linear
+from reference_server.models.llama import Released
 from reference_server.models.tokenizer import TokenizerBundle
 
 pytestmark = pytest.mark.model
@@ -38,6 +39,7 @@ def test_quantized_engine_is_batch_invariant_and_answers(
         assert native is None and isinstance(engine.model.layers[0].qkv_proj, Int4Linear)
     else:
         assert native is not None and native.layer_format == {"q4_1": "q4_1", "int8": "q8_0"}[weights]
+        assert isinstance(engine.model.layers[0].qkv_proj, Released)  # only the packed copies stay
         assert native.head_format == "q8_0"  # the embedded GGUF's own token embedding is Q8_0
 
     def chat(text: str) -> list[int]:
