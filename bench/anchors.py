@@ -34,6 +34,8 @@ server's threads divided by the bytes of its weights (llama.cpp: its GGUF's size
 packed projections and head, bf16 or GGUF blocks per ``--weights``); the table prints each
 one-stream figure as a fraction of that limit. ``--lmrpc-extra "--weights q4_1"`` adds lmrpc
 on the GGUF's own 4-bit blocks beside the bf16 default.
+Memory: each server's PSS (all its processes, shared pages counted once; bench/process_memory.py)
+idle after the warm-up and at the end of each streams window.
 The llama-server binary is built by ``bench/build_llama_server.sh`` (``--build`` runs it).
 """
 
@@ -60,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bandwidth import read_bandwidth_gbps
 from gguf_bf16 import ensure_bf16
 from llama_cpp import LlamaServer, llama_server_binary
+from process_memory import tree_pss_mb
 
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
@@ -79,6 +82,11 @@ FILLER = (
 class Target(Protocol):
     name: str
 
+    @property
+    def pid(self) -> int:
+        """The server's root process."""
+        ...
+
     def stream(self, prompt_ids: list[int], max_tokens: int) -> AsyncIterator[int]:
         """Greedy generation, EOS ignored: the token count of each event as it arrives."""
         ...
@@ -88,6 +96,11 @@ class LmrpcTarget:
     def __init__(self, name: str, server: ServerProcess) -> None:
         self.name = name
         self.server = server
+
+    @property
+    def pid(self) -> int:
+        assert self.server.process is not None
+        return self.server.process.pid
 
     async def stream(self, prompt_ids: list[int], max_tokens: int) -> AsyncIterator[int]:
         request = GenerateRequest(
@@ -105,6 +118,11 @@ class LlamaTarget:
     def __init__(self, name: str, server: LlamaServer) -> None:
         self.name = name
         self.server = server
+
+    @property
+    def pid(self) -> int:
+        assert self.server.process is not None
+        return self.server.process.pid
 
     def stream(self, prompt_ids: list[int], max_tokens: int) -> AsyncIterator[int]:
         return self.server.stream(prompt_ids, max_tokens)
@@ -129,8 +147,9 @@ def percentile(values: list[float], q: float) -> float:
 
 async def streams(
     target: Target, prompts: list[list[int]], c: int, max_tokens: int, warmup: float, seconds: float
-) -> tuple[float, list[float], int]:
-    """Aggregate tokens/s in the window, TTFTs of requests started in it, requests started."""
+) -> tuple[float, list[float], int, float]:
+    """Aggregate tokens/s in the window, TTFTs of requests started in it, requests started, and
+    the server's memory (PSS, MB) at the window's end, under this load."""
     counter = itertools.count()
     ttfts: list[float] = []
     tokens = 0
@@ -153,11 +172,12 @@ async def streams(
 
     tasks = [asyncio.create_task(client()) for _ in range(c)]
     await asyncio.sleep(warmup + seconds)
+    memory_mb = tree_pss_mb(target.pid)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.sleep(1.0)  # let the server notice the closed streams before the next setting
-    return tokens / seconds, ttfts, len(ttfts)
+    return tokens / seconds, ttfts, len(ttfts), memory_mb
 
 
 async def long_context_decode(target: Target, prompt: list[int], max_tokens: int) -> tuple[float, float]:
@@ -308,6 +328,16 @@ def print_limits(
         print(f"| {threads} | {name} | {tps:.1f} | {size / 1e6:.0f} | {limit:.1f} | {tps / limit:.0%} |")
 
 
+def print_memory(memory: dict[str, dict[str, float]]) -> None:
+    """Each server's memory (PSS of all its processes) idle after warm-up and at the end of each
+    streams window (the most over rounds)."""
+    phases = list(next(iter(memory.values())))
+    head = ["target"] + [f"PSS MB, {phase}" for phase in phases]
+    print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for name, by_phase in memory.items():
+        print(f"| {name} | " + " | ".join(f"{by_phase[phase]:.0f}" for phase in phases) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -384,11 +414,16 @@ def main() -> None:
 
         for target in targets:  # warm up every server (first-call allocations, page faults)
             asyncio.run(streams(target, prompts, 2, 16, 0.0, 2.0))
+        time.sleep(2.0)
+        memory = {t.name: {"idle": tree_pss_mb(t.pid)} for t in targets}
         for r in range(args.rounds):
             for c in concurrency:
                 for target in targets:
                     run = streams(target, prompts, c, args.max_tokens, args.warmup, args.seconds)
-                    tps, ttfts, n = asyncio.run(run)
+                    tps, ttfts, n, memory_mb = asyncio.run(run)
+                    memory[target.name][f"{c} streams"] = max(
+                        memory_mb, memory[target.name].get(f"{c} streams", 0.0)
+                    )
                     p50 = statistics.median(ttfts) * 1000 if ttfts else float("nan")
                     p99 = percentile(ttfts, 0.99) * 1000
                     record(Sample(target.name, f"streams={c}", r, tps, p50, p99, n, os.getloadavg()[0]))
@@ -410,6 +445,7 @@ def main() -> None:
     table = summarize(samples, names)
     print_tables(table, names, args.threads)
     print_limits(table, names, args.threads, bandwidth, weight_bytes)
+    print_memory(memory)
     loads = [s.load_average for s in samples]
     print(f"\nload average (1 min) during the run: median {statistics.median(loads):.2f}, "
           f"max {max(loads):.2f} ({os.cpu_count()} cores)")  # fmt: skip
@@ -423,6 +459,7 @@ def main() -> None:
                     "cpu": cpu_model(),
                     "lmrpc_kernels": native_kernels_or_why(),
                     "weight_bytes": weight_bytes,
+                    "memory_pss_mb": memory,
                 },
                 indent=2,
             )

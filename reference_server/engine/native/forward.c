@@ -108,9 +108,12 @@ static inline __attribute__((always_inline)) void tile(
         }
 }
 
+/* Panels are handed out one at a time (schedule(dynamic)): a thread whose core another process
+ * took does not hold the step back by a fixed share of the panels. A panel's numbers do not depend
+ * on the thread that computes it. */
 static void matmul(const bf16 *w, const bf16 *x, float *y, int M, int N, int K, int threads) {
     int panels = (N + PANEL - 1) / PANEL;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1)
     for (int b = 0; b < panels; b++) {
         int n = b * PANEL, ncols = N - n < PANEL ? N - n : PANEL;
         const bf16 *panel = w + (size_t)n * K;
@@ -306,7 +309,7 @@ static void matmul_quant(const uint8_t *w, int format, const bf16 *x, float *sum
     const int panels = (N + PANEL - 1) / PANEL;
     if (format == FORMAT_Q4_1) group_sums(x, sums, M, K);
     const size_t panel_bytes = (size_t)(K / GROUP) * group_bytes(format);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1) /* as matmul */
     for (int b = 0; b < panels; b++) {
         const int n = b * PANEL, ncols = N - n < PANEL ? N - n : PANEL;
         const uint8_t *panel = w + (size_t)b * panel_bytes;
