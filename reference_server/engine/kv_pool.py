@@ -7,6 +7,8 @@ sequence's keys with one index operation.
 
 from __future__ import annotations
 
+import mmap
+
 import torch
 
 
@@ -25,12 +27,27 @@ class KVPool:
     ) -> None:
         shape = (num_slots, num_kv_heads, head_dim)
         # zeros, not empty: masked-out padding slots are still read, and 0 * NaN would poison sums
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self._mappings: list[mmap.mmap] = []
+        self.k = [self._zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.v = [self._zeros(shape, dtype, device) for _ in range(num_layers)]
         self.num_slots = num_slots
         self.dtype = dtype
-        self._free = torch.arange(num_slots, dtype=torch.int64)
+        # a stack: the most recently freed slots are used first (still in cache), and the pool's
+        # low slots before its high ones, so the memory it touches stays that of its peak use
+        self._free = torch.arange(num_slots - 1, -1, -1, dtype=torch.int64)
         self._is_free = torch.ones(num_slots, dtype=torch.bool)
+
+    def _zeros(self, shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """On the CPU, a fresh anonymous mapping: zero-filled by the kernel, and resident only
+        where slots were written (a large ``--kv-tokens`` costs no memory until it is used)."""
+        if device.type != "cpu":
+            return torch.zeros(shape, dtype=dtype, device=device)
+        size = shape[0] * shape[1] * shape[2] * torch.empty((), dtype=dtype).element_size()
+        mapping = mmap.mmap(-1, max(size, 1))
+        self._mappings.append(mapping)
+        return torch.frombuffer(
+            mapping, dtype=dtype, count=size // torch.empty((), dtype=dtype).element_size()
+        ).view(shape)
 
     @property
     def num_free(self) -> int:
@@ -40,7 +57,9 @@ class KVPool:
         """``count`` free slots (int64, CPU). The caller made room first (see RadixCache.evict)."""
         if count > self.num_free:
             raise RuntimeError(f"KV pool exhausted: need {count} slots, {self.num_free} free")
-        slots, self._free = self._free[:count], self._free[count:]
+        if count == 0:
+            return self._free[:0].clone()
+        slots, self._free = self._free[-count:].flip(0), self._free[:-count]
         self._is_free[slots] = False
         return slots
 
@@ -49,7 +68,7 @@ class KVPool:
             return
         assert not bool(self._is_free[slots].any()), "KV slot freed twice"
         self._is_free[slots] = True
-        self._free = torch.cat((self._free, slots))
+        self._free = torch.cat((self._free, slots.flip(0)))
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """slots [T] (on the pool's device); k, v [T, KVH, D]."""

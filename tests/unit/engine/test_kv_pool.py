@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -51,3 +53,28 @@ def test_slot_table_rows() -> None:
     assert table.read(r1, 3).tolist() == [9, 4, 6]
     table.free_row(r0)
     assert table.num_free_rows == 1 and table.alloc_row() == r0
+
+
+def resident_mb() -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_cpu_pool_costs_memory_only_where_slots_were_written() -> None:
+    """1 GiB of K and V: zero, and resident only as slots are used (low slots first)."""
+    before = resident_mb()
+    pool = KVPool(
+        num_slots=1 << 16, num_layers=32, num_kv_heads=4, head_dim=64, dtype=torch.bfloat16, device=CPU
+    )
+    assert resident_mb() - before < 64
+    slots = pool.alloc(256)
+    assert slots.tolist() == list(range(256))
+    k = torch.ones(256, 4, 64)
+    for layer in range(32):
+        pool.write(layer, slots, k, k)
+    assert float(pool.k[31][:256].float().sum()) == 256 * 4 * 64
+    assert float(pool.k[31][256:1024].float().abs().sum()) == 0.0
+    assert resident_mb() - before < 64  # 256 slots of 64 layers' K/V: 8 MiB
