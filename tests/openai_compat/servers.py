@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from reference_server.models.source import DEFAULT_MODEL_ID, resolve_model
 from reference_server.smg_gateway import SmgGateway, free_port
 from reference_server.testing import ServerProcess
@@ -75,6 +77,16 @@ def llama_server_binary() -> Path | None:
     cache = Path(os.environ.get("LMRPC_LLAMA_CPP_CACHE", Path.home() / ".cache/lmrpc/llama.cpp"))
     found = sorted(cache.glob("build-*/bin/llama-server"))
     return found[-1] if found else None
+
+
+def llama_server_binary_or_skip() -> Path:
+    """The cached build; without one the test fails in CI (.ci/run builds it) and is skipped elsewhere."""
+    binary = llama_server_binary()
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no llama-server build: .ci/run builds it with bench/build_llama_server.sh")
+        pytest.skip("no llama-server build (bash bench/build_llama_server.sh makes one, ~15 min)")
+    return binary
 
 
 def llama_cpp_version(binary: Path) -> str:

@@ -10,7 +10,6 @@ a model with a weight, a rotation or a layout wrong would rank llama.cpp's token
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import urllib.request
 
@@ -23,7 +22,7 @@ from reference_server.ipc import DetokenizeConfig, SamplingConfig, StoppingConfi
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import load_tokenizer
 
-from .servers import llama_server, llama_server_binary
+from .servers import llama_server, llama_server_binary_or_skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.model, pytest.mark.timeout(1200)]
 
@@ -64,11 +63,7 @@ def next_token_view(engine: ModelEngine, prompt: list[int]) -> TokenLogprob:
 
 
 def test_llama_cpp_greedy_tokens_are_the_engines_choices_on_the_same_gguf() -> None:
-    binary = llama_server_binary()
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("no llama-server build: .ci/run builds it with bench/build_llama_server.sh")
-        pytest.skip("no llama-server build (bash bench/build_llama_server.sh makes one, ~15 min)")
+    binary = llama_server_binary_or_skip()
     if (why := unavailable_reason()) is not None:
         pytest.skip(f"no native kernels (the q4_1 blocks run in torch's int4 kernel instead): {why}")
     tokenizer = load_tokenizer(resolve_model(None))

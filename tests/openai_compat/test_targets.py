@@ -4,8 +4,6 @@ the run exits 0, and a fixed server turns its entry stale (exit 4)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from .servers import (
@@ -13,7 +11,7 @@ from .servers import (
     ROOT,
     llama_cpp_version,
     llama_server,
-    llama_server_binary,
+    llama_server_binary_or_skip,
     run_openai,
     smg_in_front,
 )
@@ -51,11 +49,7 @@ def test_smg_in_front_of_the_reference_server() -> None:
 
 def test_llama_cpp_server() -> None:
     """llama.cpp's llama-server on the embedded GGUF: its deviations are exactly the baseline's."""
-    binary = llama_server_binary()
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("no llama-server build: .ci/run builds it with bench/build_llama_server.sh")
-        pytest.skip("no llama-server build (bash bench/build_llama_server.sh makes one, ~15 min)")
+    binary = llama_server_binary_or_skip()
     with llama_server(binary) as url:
         outcome = run_openai(
             url, REPORTS, "llama.cpp", "--baseline", str(BASELINES / "llama.cpp.toml"), "--wait", "60"

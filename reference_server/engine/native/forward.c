@@ -78,6 +78,24 @@ static void add_rounded(float *x, const float *y, size_t n) {
  * at 20 GB/s with it, 11 GB/s without) */
 #define PREFETCH_AHEAD 8192
 
+/* inputs k and k + 1 of a row, in every 32-bit lane (one dpbf16 operand) */
+static inline __m512bh input_pair(const bf16 *row, int k) {
+    int32_t pair;
+    memcpy(&pair, row + k, sizeof pair);
+    return (__m512bh)_mm512_set1_epi32(pair);
+}
+
+/* the M rows of a register tile, 4 vectors each, into y [M, N] (ncols <= 64 columns of them) */
+static inline __attribute__((always_inline)) void store_rows(__m512 acc[][4], float *y, int N, int ncols, const int M) {
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < 4; j++) {
+            int left = ncols - 16 * j;
+            if (left <= 0) break;
+            __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+            _mm512_mask_storeu_ps(y + (size_t)m * N + 16 * j, mask, acc[m][j]);
+        }
+}
+
 static inline __attribute__((always_inline)) void tile(
     const bf16 *panel, const bf16 *x, float *y, int K, int N, int ncols, const int M) {
     __m512 acc[ROWS_M][4];
@@ -90,22 +108,14 @@ static inline __attribute__((always_inline)) void tile(
         __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp), w1 = (__m512bh)_mm512_loadu_si512(wp + 32);
         __m512bh w2 = (__m512bh)_mm512_loadu_si512(wp + 64), w3 = (__m512bh)_mm512_loadu_si512(wp + 96);
         for (int m = 0; m < M; m++) {
-            int32_t pair;
-            memcpy(&pair, x + (size_t)m * K + 2 * kp, sizeof pair);
-            __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+            const __m512bh xv = input_pair(x + (size_t)m * K, 2 * kp);
             acc[m][0] = _mm512_dpbf16_ps(acc[m][0], w0, xv);
             acc[m][1] = _mm512_dpbf16_ps(acc[m][1], w1, xv);
             acc[m][2] = _mm512_dpbf16_ps(acc[m][2], w2, xv);
             acc[m][3] = _mm512_dpbf16_ps(acc[m][3], w3, xv);
         }
     }
-    for (int m = 0; m < M; m++)
-        for (int j = 0; j < 4; j++) {
-            int left = ncols - 16 * j;
-            if (left <= 0) break;
-            __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-            _mm512_mask_storeu_ps(y + (size_t)m * N + 16 * j, mask, acc[m][j]);
-        }
+    store_rows(acc, y, N, ncols, M);
 }
 
 /* Panels are handed out one at a time (schedule(dynamic)): a thread whose core another process
@@ -260,9 +270,7 @@ static inline __attribute__((always_inline)) void quant_tile(
                 const __m512bh w0 = nibbles(words, 0, low), w1 = nibbles(words, 4, low);
                 const __m512bh w2 = nibbles(words, 8, low), w3 = nibbles(words, 12, low);
                 for (int m = 0; m < M; m++) {
-                    int32_t pair;
-                    memcpy(&pair, x + (size_t)m * K + k, sizeof pair);
-                    const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+                    const __m512bh xv = input_pair(x + (size_t)m * K, k);
                     acc[m][0] = _mm512_dpbf16_ps(acc[m][0], w0, xv);
                     acc[m][1] = _mm512_dpbf16_ps(acc[m][1], w1, xv);
                     acc[m][2] = _mm512_dpbf16_ps(acc[m][2], w2, xv);
@@ -274,9 +282,7 @@ static inline __attribute__((always_inline)) void quant_tile(
                     const __m512bh lo0 = nibbles(words, 0, low), lo1 = nibbles(words, 4, low);
                     const __m512bh hi0 = nibbles(words, 8, high), hi1 = nibbles(words, 12, high);
                     for (int m = 0; m < M; m++) {
-                        int32_t pair;
-                        memcpy(&pair, x + (size_t)m * K + k, sizeof pair);
-                        const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+                        const __m512bh xv = input_pair(x + (size_t)m * K, k);
                         acc[m][2 * h] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[m][2 * h], lo0, xv), hi0, xv);
                         acc[m][2 * h + 1] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[m][2 * h + 1], lo1, xv), hi1, xv);
                     }
@@ -294,13 +300,7 @@ static inline __attribute__((always_inline)) void quant_tile(
             }
         }
     }
-    for (int m = 0; m < M; m++)
-        for (int j = 0; j < 4; j++) {
-            int left = ncols - 16 * j;
-            if (left <= 0) break;
-            __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-            _mm512_mask_storeu_ps(y + (size_t)m * N + 16 * j, mask, total[m][j]);
-        }
+    store_rows(total, y, N, ncols, M);
 }
 
 /* sums: scratch of M * K / 32 floats */
