@@ -232,11 +232,9 @@ def lmrpc_weight_bytes(extra_args: list[str]) -> int:
     reads one row per token)."""
     weights = extra_args[extra_args.index("--weights") + 1] if "--weights" in extra_args else "dense"
     c = load_config(resolve_model(None))
-    per_layer = c.hidden_size * (c.q_size + 2 * c.kv_size) + c.q_size * c.hidden_size
-    per_layer += 3 * c.intermediate_size * c.hidden_size
     layer_bytes = {"dense": 2.0, "q4_1": 20 / 32, "int8": 34 / 32}[weights]  # GGUF block bytes per weight
     head_bytes = 2.0 if weights == "dense" else 34 / 32  # the embedded GGUF's head is Q8_0
-    return int(c.num_layers * per_layer * layer_bytes + c.vocab_size * c.hidden_size * head_bytes)
+    return int(c.num_layers * c.layer_parameters * layer_bytes + c.vocab_size * c.hidden_size * head_bytes)
 
 
 def native_kernels_or_why() -> str:

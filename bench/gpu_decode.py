@@ -92,10 +92,8 @@ def weight_bytes(engine: ModelEngine) -> int:
     """Bytes a one-stream step reads: the layers' projections and the LM head (the embedding
     lookup reads one row per token)."""
     c = engine.model.config
-    per_layer = c.hidden_size * (c.q_size + 2 * c.kv_size) + c.q_size * c.hidden_size
-    per_layer += 3 * c.intermediate_size * c.hidden_size
     element = torch.empty((), dtype=engine.dtype).element_size()
-    return (c.num_layers * per_layer + c.vocab_size * c.hidden_size) * element
+    return (c.num_layers * c.layer_parameters + c.vocab_size * c.hidden_size) * element
 
 
 def prompts(count: int, vocab: int, salt: int) -> list[list[int]]:

@@ -66,6 +66,12 @@ class LlamaConfig:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def layer_parameters(self) -> int:
+        """Weights of one layer's four projections (what a decode step reads per layer)."""
+        h = self.hidden_size
+        return h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * self.intermediate_size * h
+
 
 def hf_tensor_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor of a Hugging Face Llama checkpoint of this configuration, and its shape
