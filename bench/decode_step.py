@@ -3,7 +3,7 @@
     python bench/decode_step.py [--threads 1] [--steps 96] [--rounds 3] [--trees DIR,DIR,...]
                                 [--kernels torch|native] [--context 48] [--json out.json]
 
-In-process, no gRPC: a ``ModelEngine`` (bf16, the embedded model, ``--weights``) decodes one greedy
+In-process, no gRPC: a ``ModelEngine`` (bf16, the embedded model, ``--weights``, ``--kv-cache``) decodes one greedy
 request (a 48-token prompt, or ``--context`` tokens, EOS ignored) and every step is timed; then the parts of the
 same step are timed alone, at the same shapes, in the same process:
 - ``projections``: the 120 layer projections and the LM head on the padded decode rows;
@@ -45,7 +45,9 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def measure(threads: int, steps: int, weights: str, kernels: str, context: int) -> dict[str, float]:
+def measure(
+    threads: int, steps: int, weights: str, kernels: str, context: int, kv_cache: str
+) -> dict[str, float]:
     """Medians in ms of each part of a decode step (run inside the tree under test)."""
     import torch
 
@@ -57,7 +59,9 @@ def measure(threads: int, steps: int, weights: str, kernels: str, context: int) 
 
     # trees from before the native kernels have no such field, and run torch
     native_aware = "kernels" in ModelEngineConfig.__dataclass_fields__
-    options = {"kernels": kernels} if native_aware else {}
+    options: dict[str, str] = {"kernels": kernels} if native_aware else {}
+    if kv_cache != "dense":  # trees from before the int8 KV cache know no such field
+        options["kv_cache"] = kv_cache
     engine = ModelEngine(
         ModelEngineConfig(num_threads=threads, load_embedding_model=False, weights=weights, **options)
     )
@@ -138,6 +142,8 @@ def run_tree(tree: str, args: argparse.Namespace) -> dict[str, float]:
     ]  # fmt: skip
     if args.kernels != "torch":  # trees from before the native kernels know no such option
         command += ["--kernels", args.kernels]
+    if args.kv_cache != "dense":
+        command += ["--kv-cache", args.kv_cache]
     env = dict(os.environ, PYTHONPATH=tree)
     out = subprocess.run(command, cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
     parts: dict[str, float] = json.loads(out.strip().splitlines()[-1])
@@ -153,13 +159,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--weights", default="dense", choices=("dense", "q4_1", "int8"))
     parser.add_argument("--kernels", default="torch", choices=("torch", "native"))
+    parser.add_argument("--kv-cache", default="dense", choices=("dense", "int8"))
     parser.add_argument("--context", type=int, default=48, help="prompt tokens before the timed decode")
     parser.add_argument("--trees", default=str(Path(__file__).resolve().parents[1]))
     parser.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.single:
-        print(json.dumps(measure(args.threads, args.steps, args.weights, args.kernels, args.context)))
+        print(
+            json.dumps(
+                measure(args.threads, args.steps, args.weights, args.kernels, args.context, args.kv_cache)
+            )
+        )
         return
     trees = args.trees.split(",")
     samples: dict[str, list[dict[str, float]]] = {tree: [] for tree in trees}

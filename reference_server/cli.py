@@ -7,7 +7,14 @@ import asyncio
 import logging
 import sys
 
-from reference_server.config import WEIGHT_FORMATS, EngineOptions, Limits, ServerConfig, TlsFiles
+from reference_server.config import (
+    KV_CACHE_FORMATS,
+    WEIGHT_FORMATS,
+    EngineOptions,
+    Limits,
+    ServerConfig,
+    TlsFiles,
+)
 from reference_server.models.source import ModelNotFoundError
 
 
@@ -52,6 +59,13 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         help="dense: all weights in --dtype; q4_1: layer projections as 4-bit groups of 32 (a Q4_1 "
         "GGUF's own blocks) and the LM head in the file's 4 or 8 bits; int8: every projection and the "
         "head as 8-bit groups of 32 (native kernels only). CPU and bfloat16",
+    )
+    parser.add_argument(
+        "--kv-cache",
+        choices=KV_CACHE_FORMATS,
+        default="dense",
+        help="dense: keys and values in --dtype; int8: 8-bit codes and a scale per token and KV head, "
+        "half the memory and half the bytes a long-context decode step reads (native kernels only)",
     )
     parser.add_argument(
         "--kernels",
@@ -184,6 +198,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 num_threads=args.threads,
                 kv_events=not args.no_vllm_dialect or args.sglang_port is not None,  # for smg only
                 weights=args.weights,
+                kv_cache=args.kv_cache,
                 kernels=args.kernels,
             ),
             limits=Limits(

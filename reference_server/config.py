@@ -11,6 +11,8 @@ from typing import Literal
 
 # the model engine's weight formats (reference_server/engine/config.py says what each one is)
 WEIGHT_FORMATS = ("dense", "q4_1", "int8")
+# the KV cache's formats: dense (in the model's dtype) or int8 (8-bit codes and a scale per token and KV head)
+KV_CACHE_FORMATS = ("dense", "int8")
 
 EngineKind = Literal["model", "fake"]
 
@@ -91,6 +93,7 @@ class EngineOptions:
     num_threads: int | None = None  # torch threads; None: all cores but two (at least one)
     kv_events: bool = True  # report the prefix cache as KV-cache events (for smg's routing)
     weights: str = "dense"  # dense, q4_1 or int8 (reference_server/engine/config.py)
+    kv_cache: str = "dense"  # dense or int8 (reference_server/engine/config.py)
     kernels: str = "auto"  # auto, native or torch (reference_server/engine/native/)
 
     def __post_init__(self) -> None:
@@ -106,6 +109,8 @@ class EngineOptions:
             raise ValueError(f"num_threads={self.num_threads} must be >= 1")
         if self.weights not in WEIGHT_FORMATS:
             raise ValueError(f"weights={self.weights!r} must be one of {', '.join(WEIGHT_FORMATS)}")
+        if self.kv_cache not in KV_CACHE_FORMATS:
+            raise ValueError(f"kv_cache={self.kv_cache!r} must be one of {', '.join(KV_CACHE_FORMATS)}")
         if self.kernels not in ("auto", "native", "torch"):
             raise ValueError(f"kernels={self.kernels!r} must be 'auto', 'native' or 'torch'")
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reference_server.config import WEIGHT_FORMATS
+from reference_server.config import KV_CACHE_FORMATS, WEIGHT_FORMATS
 from reference_server.engine.cpu import bf16_gemm_native
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.models.source import ModelSource, resolve_model
@@ -34,6 +34,10 @@ class ModelEngineConfig:
     # kernels, or torch's int4 kernel for the layers where they cannot run (CPU and bfloat16 only).
     # int8: every projection and the head as 8-bit groups of 32 (Q8_0; native kernels only).
     weights: str = "dense"
+    # dense: keys and values in ``dtype``. int8: each token's K and V row of each KV head as 8-bit
+    # codes of its largest value, with that scale beside them: half the memory, and half the bytes
+    # a decode step reads at long context (native kernels only; a head_dim that is a multiple of 64).
+    kv_cache: str = "dense"
     # native: every step in one compiled call (engine/native/; an x86-64 CPU with AVX512-BF16 and a C
     # compiler, bfloat16); torch: the torch model; auto: native where it runs
     kernels: str = "auto"
@@ -50,6 +54,8 @@ class ModelEngineConfig:
             )
         if self.weights not in WEIGHT_FORMATS:
             raise ValueError(f"weights={self.weights!r} must be one of {', '.join(WEIGHT_FORMATS)}")
+        if self.kv_cache not in KV_CACHE_FORMATS:
+            raise ValueError(f"kv_cache={self.kv_cache!r} must be one of {', '.join(KV_CACHE_FORMATS)}")
         if self.kernels not in KERNELS:
             raise ValueError(f"kernels={self.kernels!r} must be one of {', '.join(KERNELS)}")
         if self.kv_tokens < 1:

@@ -7,13 +7,19 @@ sequence's keys with one index operation.
 
 from __future__ import annotations
 
+import math
 import mmap
 
 import torch
 
 
 class KVPool:
-    """Per layer K and V tensors ``[num_slots, num_kv_heads, head_dim]`` and a free list."""
+    """Per layer K and V tensors ``[num_slots, num_kv_heads, head_dim]`` and a free list.
+
+    ``kv_format="int8"`` holds each token's K (and V) row of each KV head as int8 codes of its
+    largest value, with that value / 127 in ``k_scales`` (``v_scales``) ``[num_slots, num_kv_heads]``
+    float32. The native kernels write and read that format (engine/native/forward.c).
+    """
 
     def __init__(
         self,
@@ -24,12 +30,20 @@ class KVPool:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device,
+        kv_format: str = "dense",
     ) -> None:
+        if kv_format not in ("dense", "int8"):
+            raise ValueError(f"kv_format={kv_format!r} must be 'dense' or 'int8'")
         shape = (num_slots, num_kv_heads, head_dim)
+        codes = dtype if kv_format == "dense" else torch.int8
         # zeros, not empty: masked-out padding slots are still read, and 0 * NaN would poison sums
         self._mappings: list[mmap.mmap] = []
-        self.k = [self._zeros(shape, dtype, device) for _ in range(num_layers)]
-        self.v = [self._zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.k = [self._zeros(shape, codes, device) for _ in range(num_layers)]
+        self.v = [self._zeros(shape, codes, device) for _ in range(num_layers)]
+        scaled = num_layers if kv_format == "int8" else 0
+        self.k_scales = [self._zeros((num_slots, num_kv_heads), torch.float32, device) for _ in range(scaled)]
+        self.v_scales = [self._zeros((num_slots, num_kv_heads), torch.float32, device) for _ in range(scaled)]
+        self.kv_format = kv_format
         self.num_slots = num_slots
         self.dtype = dtype
         # a stack: the most recently freed slots are used first (still in cache), and the pool's
@@ -37,12 +51,12 @@ class KVPool:
         self._free = torch.arange(num_slots - 1, -1, -1, dtype=torch.int64)
         self._is_free = torch.ones(num_slots, dtype=torch.bool)
 
-    def _zeros(self, shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def _zeros(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """On the CPU, a fresh anonymous mapping: zero-filled by the kernel, and resident only
         where slots were written (a large ``--kv-tokens`` costs no memory until it is used)."""
         if device.type != "cpu":
             return torch.zeros(shape, dtype=dtype, device=device)
-        size = shape[0] * shape[1] * shape[2] * torch.empty((), dtype=dtype).element_size()
+        size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
         mapping = mmap.mmap(-1, max(size, 1))
         self._mappings.append(mapping)
         return torch.frombuffer(
@@ -72,6 +86,7 @@ class KVPool:
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """slots [T] (on the pool's device); k, v [T, KVH, D]."""
+        assert self.kv_format == "dense", "an int8 KV pool is written by the native kernels"
         self.k[layer].index_copy_(0, slots, k.to(self.dtype))
         self.v[layer].index_copy_(0, slots, v.to(self.dtype))
 

@@ -73,7 +73,7 @@ class ModelEngine:
         backend = resolve_backend(config.attention_backend, self.device)
         pool = KVPool(
             num_slots=config.kv_tokens, num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads,
-            head_dim=mc.head_dim, dtype=self.dtype, device=self.device,
+            head_dim=mc.head_dim, dtype=self.dtype, device=self.device, kv_format=config.kv_cache,
         )  # fmt: skip
         width = -(-self.max_context_tokens // SLOT_TABLE_WIDTH_MULTIPLE) * SLOT_TABLE_WIDTH_MULTIPLE
         # Held requests (clients that stopped reading, FLOW-1) keep their rows, so the table has
@@ -96,8 +96,9 @@ class ModelEngine:
         self._rejected: list[SequenceOutput] = []
         self._stuck = False  # the last step could neither run nor admit anything
         log.info(
-            "model engine: %s on %s (%s, %s weights), %s kernels, attention %s, %d KV slots, %d threads",
-            config.source.model_id, self.device, self.dtype, config.weights, "native" if native else "torch",
+            "model engine: %s on %s (%s, %s weights, %s KV), %s kernels, attention %s, %d KV slots, %d threads",
+            config.source.model_id, self.device, self.dtype, config.weights, config.kv_cache,
+            "native" if native else "torch",
             "native" if native else self.attention.name, config.kv_tokens, torch.get_num_threads(),
         )  # fmt: skip
 
@@ -257,11 +258,15 @@ class ModelEngine:
         c = self.config
         reason: str | None = "--kernels torch"
         if c.kernels != "torch":
-            reason = unsupported_reason(load_config(c.source), self.device, self.dtype, c.weights)
+            reason = unsupported_reason(load_config(c.source), self.device, self.dtype, c.weights, c.kv_cache)
         if reason is not None and c.kernels == "native":
             raise ValueError(f"kernels='native' cannot run here: {reason}")
         if reason is not None and c.weights == "int8":
             raise ValueError(f"int8 weights run only in the native kernels, which cannot run here: {reason}")
+        if reason is not None and c.kv_cache == "int8":
+            raise ValueError(
+                f"kv_cache='int8' runs only in the native kernels, which cannot run here: {reason}"
+            )
         if reason is not None:
             log.info("the torch model runs the steps: %s", reason)
         return reason

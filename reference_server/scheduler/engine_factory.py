@@ -45,6 +45,7 @@ def create_engine(options: EngineOptions) -> Engine:
             num_threads=options.torch_threads,
             kv_event_block_size=KV_EVENT_BLOCK_SIZE if options.kv_events else 0,
             weights=options.weights,
+            kv_cache=options.kv_cache,
             kernels=options.kernels,
             context_length=options.context_length,
             **_optional(

@@ -31,3 +31,10 @@ def test_the_fake_engine_serves_the_window_asked_for() -> None:
 def test_bad_values_are_refused(flags: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--engine", "fake", *flags])
+
+
+def test_the_kv_cache_format_reaches_the_engine_config() -> None:
+    assert parse_args(["--kv-cache", "int8"]).engine.kv_cache == "int8"
+    assert parse_args([]).engine.kv_cache == "dense"
+    with pytest.raises(SystemExit):
+        parse_args(["--kv-cache", "fp8"])

@@ -37,8 +37,11 @@ typedef struct {
     const void *const *o;        /* [hidden, heads * head_dim] */
     const void *const *gate_up;  /* [2 * intermediate, hidden] */
     const void *const *down;     /* [hidden, intermediate] */
-    bf16 *const *k_pool;         /* per layer [slots, kv heads, head_dim] */
-    bf16 *const *v_pool;
+    int32_t kv_format;           /* KV_BF16 or KV_INT8 */
+    void *const *k_pool;         /* per layer [slots, kv heads, head_dim]: bf16, or int8 codes */
+    void *const *v_pool;
+    float *const *k_scales;      /* KV_INT8: per layer [slots, kv heads], each row's scale */
+    float *const *v_scales;
 } lm_model;
 
 static inline float bf16_to_f32(bf16 v) {
@@ -497,7 +500,7 @@ static void gather_keys(const lm_model *md, int layer, const int32_t *slots, int
         }
     }
     /* values: two keys' rows interleaved, 16 dims at a time */
-    const bf16 *values = md->v_pool[layer];
+    const bf16 *values = (const bf16 *)md->v_pool[layer];
     const __m512i low = interleave_low(), high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
     for (int p = 0; p < padded; p += 2) {
         const bf16 *a = p < length ? values + ((size_t)slots[p] * KVH + kv_head) * D : NULL;
@@ -690,6 +693,357 @@ static void attend_direct(const kv_view *views, int kv_heads, const bf16 *q, int
     finish_heads(w->acc, w->inverse_sum, heads, D, out);
 }
 
+/* ── attention over an 8-bit KV cache ────────────────────────────────────────────────────
+ * Each token's K (and V) row of each KV head is stored as int8 codes c = round(x * 127 / max|x|)
+ * of its bf16 values, with the row's scale max|x| / 127 beside it (store_kv8): half the bytes a
+ * step reads at long context. A query row is quantized per head to int16 (qi, scale qs), so a score
+ * is qs * ks * sum(qi * c), the sum in int32 (vpdpwssd) and exact whatever its order: |qi| <= 32767,
+ * |c| <= 127, head_dim <= 512, under 2^31. The values are weighted the same way: each key's weight
+ * (its probability times its value scale) as int16 codes of the row's largest weight, summed in
+ * int32 over a span of SPAN_KEYS keys (exact: under 2^31 again), each span's sums then added in
+ * float32 in key order. A lone row reads its keys' codes straight from the pool into the vectors a
+ * prompt chunk lays out once (gather_keys8), so both ways compute the same numbers. The head dim is
+ * a multiple of 64 (one 64-byte row of codes per vector). */
+
+#define KV_BF16 0
+#define KV_INT8 1
+#define CODE_MAX 127.0f
+#define QUERY_MAX 32767.0f
+#define QUERY_BIAS 32768 /* query codes + this are unsigned 16 bits: a high and a low byte for vpdpbusd */
+#define PREFETCH_KEYS 64  /* how far ahead a lone row asks for the keys' and values' codes */
+#define SPAN_KEYS 64  /* keys whose weighted values are summed in int32 before float32, and prefetched together */
+#define FLUSH_SUBNORMALS 0x8040u /* MXCSR flush-to-zero and denormals-are-zero */
+
+typedef struct {
+    const int8_t *keys, *values;             /* the layer's pools [slots, kv heads, head_dim] */
+    const float *key_scales, *value_scales;  /* [slots, kv heads] */
+    const int32_t *slots;
+    int kv_heads, kv_head;
+    /* a gathered chunk's (else NULL): key blocks as score8_tile reads them, values as add_values8 does */
+    const __m512i *key_blocks;  /* [blocks][head_dim / 4] */
+    const int16_t *value_pairs; /* [padded / 2][head_dim][2]: two keys' codes per dim */
+    float *key_scales_t, *value_scales_t; /* [padded] in key order, zeros past the length */
+} kv8_view;
+
+typedef struct {
+    uint8_t *q;             /* [2][heads][D]: the query row's codes + 32768, high bytes then low bytes */
+    float *q_scales;        /* [heads] */
+    float *scores;          /* [heads][stride] */
+    int16_t *weights;       /* [heads][stride]: each key's weight p * vs, as codes */
+    float *acc;             /* [heads][D] */
+    float *max, *inverse_sum; /* [heads] */
+    __m512i *block;         /* [MAX_HEAD_DIM / 64][16]: a lone row's key block */
+} row8_scratch;
+
+/* one row (n values) of K or V, rounded to bf16 as the bf16 pool would hold it, as codes and scale */
+static void store_kv8(const float *x, int n, int8_t *codes, float *scale) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(round_bf16(x[i])));
+    const float inverse = amax > 0.0f ? CODE_MAX / amax : 0.0f;
+    for (int i = 0; i < n; i++) codes[i] = (int8_t)lrintf(round_bf16(x[i]) * inverse);
+    *scale = amax / CODE_MAX;
+}
+
+/* the query row's heads (bf16, pre-scaled) as int16 codes and scales */
+static void quantize_query(const bf16 *q, int heads, int D, uint8_t *bytes, float *scales) {
+    for (int h = 0; h < heads; h++) {
+        const bf16 *row = q + (size_t)h * D;
+        __m512 largest = _mm512_setzero_ps();
+        for (int d = 0; d < D; d += 16)
+            largest = _mm512_max_ps(largest, _mm512_abs_ps(_mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)(row + d)))));
+        const float amax = _mm512_reduce_max_ps(largest);
+        const __m512 inverse = _mm512_set1_ps(amax > 0.0f ? QUERY_MAX / amax : 0.0f);
+        for (int d = 0; d < D; d += 16) {
+            const __m512 x = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)(row + d)));
+            const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x, inverse)), _mm512_set1_epi32(QUERY_BIAS));
+            _mm_storeu_si128((__m128i *)(bytes + (size_t)h * D + d), _mm512_cvtepi32_epi8(_mm512_srli_epi32(biased, 8)));
+            _mm_storeu_si128((__m128i *)(bytes + (size_t)(heads + h) * D + d),
+                             _mm512_cvtepi32_epi8(_mm512_and_si512(biased, _mm512_set1_epi32(0xff))));
+        }
+        scales[h] = amax / QUERY_MAX;
+    }
+}
+/* acc + the dot products of a's and b's int16 pairs, lane by lane (vpdpwssd). Written out because
+ * GCC copies the accumulator of _mm512_dpwssd_epi32 into a fresh register at every call in a loop. */
+static inline __m512i dot_pairs(__m512i acc, __m512i a, __m512i b) {
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
+
+/* acc + the dot products of a's unsigned and b's signed bytes, 4 to a lane (vpdpbusd) */
+static inline __m512i dot_quads(__m512i acc, __m512i a, __m512i b) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
+
+static inline const int8_t *value_codes(const kv8_view *view, int key, int D) {
+    return view->values + ((size_t)view->slots[key] * view->kv_heads + view->kv_head) * D;
+}
+
+/* chunk c of block b's keys (16 of them, zeros past length) as vectors of 4 codes per key: r[j] lane i
+ * is key 16b + i's codes 64c + 4j .. 64c + 4j + 3. Each row read asks for the same row PREFETCH_KEYS
+ * keys on: a lone row reads every key once, and requests spread among the work keep the memory busy
+ * while the scores are summed (in bursts they wait for each other). */
+static inline __attribute__((always_inline)) void load_key_chunk8(
+    const kv8_view *view, int b, int c, int D, int length, __m512i r[16]) {
+    const int first = 16 * b, count = MIN(length - first, 16);
+    for (int i = 0; i < 16; i++) {
+        const int key = first + i, ahead = key + PREFETCH_KEYS;
+        if (ahead < length)
+            _mm_prefetch((const char *)(view->keys + ((size_t)view->slots[ahead] * view->kv_heads + view->kv_head) * D + 64 * c), _MM_HINT_T0);
+        r[i] = i < count ? _mm512_loadu_si512(view->keys + ((size_t)view->slots[key] * view->kv_heads + view->kv_head) * D + 64 * c)
+                         : _mm512_setzero_si512();
+    }
+    transpose16(r);
+}
+
+/* block b's keys, every chunk, into out [D / 4] */
+static void transpose_key_block8(const kv8_view *view, int b, int D, int length, __m512i *out) {
+    for (int c = 0; c < D / 64; c++) {
+        __m512i r[16];
+        load_key_chunk8(view, b, c, D, length, r);
+        for (int j = 0; j < 16; j++) _mm512_store_si512(out + 16 * c + j, r[j]);
+    }
+}
+/* scores of keys 16b .. 16b+15 for n heads, -inf past length, from their block (transpose_key_block8),
+ * or with block NULL straight from the pool (load_key_chunk8: the same vectors) */
+static inline __attribute__((always_inline)) void score8_tile(
+    const kv8_view *view, const __m512i *block, const uint8_t *q_high, const uint8_t *q_low, const float *q_scales, const float *key_scales,
+    int D, int b, int length, float *scores, int stride, float *max, const int n) {
+    /* per key: sum(high * c), sum(low * c) and sum(c), 4 codes per vpdpbusd; then
+     * sum(qi * c) = 256 * high + low - 32768 * sum(c), exactly */
+    __m512i high[HEADS_PER_TILE], low[HEADS_PER_TILE], code_sums = _mm512_setzero_si512();
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int h = 0; h < n; h++) high[h] = low[h] = _mm512_setzero_si512();
+    for (int c = 0; c < D / 64; c++) {
+        __m512i r[16];
+        if (block == NULL) load_key_chunk8(view, b, c, D, length, r);
+        for (int j = 0; j < 16; j++) {
+            const int x = 16 * c + j;
+            const __m512i codes = block == NULL ? r[j] : _mm512_load_si512(block + x);
+            code_sums = dot_quads(code_sums, ones, codes);
+            for (int h = 0; h < n; h++) {
+                int32_t quad_high, quad_low;
+                memcpy(&quad_high, q_high + (size_t)h * D + 4 * x, sizeof quad_high);
+                memcpy(&quad_low, q_low + (size_t)h * D + 4 * x, sizeof quad_low);
+                high[h] = dot_quads(high[h], _mm512_set1_epi32(quad_high), codes);
+                low[h] = dot_quads(low[h], _mm512_set1_epi32(quad_low), codes);
+            }
+        }
+    }
+    const __m512i bias = _mm512_slli_epi32(code_sums, 15);
+    const __m512 ks = _mm512_loadu_ps(key_scales + 16 * b);
+    const int left = length - 16 * b;
+    for (int h = 0; h < n; h++) {
+        const __m512i sums = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(high[h], 8), low[h]), bias);
+        __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(ks, _mm512_set1_ps(q_scales[h])));
+        if (left < 16) s = _mm512_mask_blend_ps((__mmask16)((1u << left) - 1u), _mm512_set1_ps(-INFINITY), s);
+        _mm512_storeu_ps(scores + (size_t)h * stride + 16 * b, s);
+        max[h] = fmaxf(max[h], _mm512_reduce_max_ps(s));
+    }
+}
+/* one head's probabilities (e^(s - max) / their sum) times the value scales, as int16 codes of their
+ * largest (zeros up to length + 16); returns the float value of one code over the sum of e^(s - max) */
+static float softmax8(float *s, const float *value_scales, int length, float max, int16_t *weights) {
+    __m512 vmax = _mm512_set1_ps(max), sum = _mm512_setzero_ps(), largest = _mm512_setzero_ps();
+    for (int k = 0; k < length; k += 16) {
+        const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (length - k)) - 1u);
+        __m512 e = _mm512_maskz_mov_ps(lanes, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + k), vmax)));
+        sum = _mm512_add_ps(sum, e);
+        __m512 weight = _mm512_mul_ps(e, _mm512_loadu_ps(value_scales + k));
+        largest = _mm512_max_ps(largest, weight);
+        _mm512_storeu_ps(s + k, weight);
+    }
+    const float top = _mm512_reduce_max_ps(largest);
+    const __m512 inverse = _mm512_set1_ps(top > 0.0f ? QUERY_MAX / top : 0.0f);
+    for (int k = 0; k < length + 16; k += 16) {
+        const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : length > k ? (__mmask16)((1u << (length - k)) - 1u) : 0;
+        const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, s + k), inverse));
+        _mm256_storeu_si256((__m256i *)(weights + k), _mm512_cvtepi32_epi16(codes));
+    }
+    return top / QUERY_MAX / _mm512_reduce_add_ps(sum);
+}
+
+/* acc [n][D] += the values of keys k0 .. k1-1 (one span, k0 even) times their weights' codes, by pairs
+ * of keys (a key past length: codes and weight 0) */
+static inline __attribute__((always_inline)) void add_values8(
+    const kv8_view *view, const int16_t *weights, int stride, int D, int length, int k0, int k1, float *acc_out,
+    const int n) {
+    const __m512i low = interleave_low(), high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
+    for (int d0 = 0; d0 < D; d0 += 64) {
+        __m512i acc[HEADS_PER_TILE][4];
+        for (int h = 0; h < n; h++)
+            for (int j = 0; j < 4; j++) acc[h][j] = _mm512_setzero_si512();
+        for (int k = k0; k < k1; k += 2) {
+            __m512i v[4];
+            if (view->value_pairs == NULL) {
+                if (k + PREFETCH_KEYS + 1 < length) {
+                    _mm_prefetch((const char *)(value_codes(view, k + PREFETCH_KEYS, D) + d0), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(value_codes(view, k + PREFETCH_KEYS + 1, D) + d0), _MM_HINT_T0);
+                }
+                const int8_t *a = value_codes(view, k, D) + d0, *b = k + 1 < length ? value_codes(view, k + 1, D) + d0 : NULL;
+                const __m512i a0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)a));
+                const __m512i a1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(a + 32)));
+                const __m512i b0 = b ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)b)) : _mm512_setzero_si512();
+                const __m512i b1 = b ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(b + 32))) : _mm512_setzero_si512();
+                v[0] = _mm512_permutex2var_epi16(a0, low, b0);
+                v[1] = _mm512_permutex2var_epi16(a0, high, b0);
+                v[2] = _mm512_permutex2var_epi16(a1, low, b1);
+                v[3] = _mm512_permutex2var_epi16(a1, high, b1);
+            } else {
+                for (int j = 0; j < 4; j++) v[j] = _mm512_loadu_si512(view->value_pairs + ((size_t)(k / 2) * D + d0) * 2 + 32 * j);
+            }
+            for (int h = 0; h < n; h++) {
+                int32_t pair;
+                memcpy(&pair, weights + (size_t)h * stride + k, sizeof pair);
+                const __m512i w = _mm512_set1_epi32(pair);
+                for (int j = 0; j < 4; j++) acc[h][j] = dot_pairs(acc[h][j], v[j], w);
+            }
+        }
+        for (int h = 0; h < n; h++)
+            for (int j = 0; j < 4; j++) {
+                float *out = acc_out + (size_t)h * D + d0 + 16 * j;
+                _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), _mm512_cvtepi32_ps(acc[h][j])));
+            }
+    }
+}
+
+static void score8(const kv8_view *view, const __m512i *block, const uint8_t *q_high, const uint8_t *q_low,
+                   const float *q_scales, const float *key_scales, int D, int b, int length, float *scores, int stride,
+                   float *max, int n) {
+    switch (n) {
+        case 1: score8_tile(view, block, q_high, q_low, q_scales, key_scales, D, b, length, scores, stride, max, 1); break;
+        case 2: score8_tile(view, block, q_high, q_low, q_scales, key_scales, D, b, length, scores, stride, max, 2); break;
+        case 3: score8_tile(view, block, q_high, q_low, q_scales, key_scales, D, b, length, scores, stride, max, 3); break;
+        default: score8_tile(view, block, q_high, q_low, q_scales, key_scales, D, b, length, scores, stride, max, 4); break;
+    }
+}static void values8(const kv8_view *view, const int16_t *weights, int stride, int D, int length, int k0, int k1,
+                    float *acc, int n) {
+    switch (n) {
+        case 1: add_values8(view, weights, stride, D, length, k0, k1, acc, 1); break;
+        case 2: add_values8(view, weights, stride, D, length, k0, k1, acc, 2); break;
+        case 3: add_values8(view, weights, stride, D, length, k0, k1, acc, 3); break;
+        default: add_values8(view, weights, stride, D, length, k0, k1, acc, 4); break;
+    }
+}
+
+/* the scales of keys 0 .. length-1 in key order (zeros up to the next 16) */
+static void gather_scales8(const kv8_view *view, int length) {
+    for (int k = 0; k < length; k += 16) {
+        const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (length - k)) - 1u);
+        __m512i index = _mm512_maskz_loadu_epi32(lanes, view->slots + k);
+        index = _mm512_add_epi32(_mm512_mullo_epi32(index, _mm512_set1_epi32(view->kv_heads)), _mm512_set1_epi32(view->kv_head));
+        _mm512_storeu_ps(view->key_scales_t + k, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, index, view->key_scales, 4));
+        _mm512_storeu_ps(view->value_scales_t + k, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, index, view->value_scales, 4));
+    }
+}
+
+/* a prompt chunk's keys of one KV head, once, in the layouts its rows read: key blocks [blocks][D / 4]
+ * vectors, value pairs [padded / 2][D][2] (add_values8's vectors) */
+static void gather_keys8(kv8_view *view, int D, int length, __m512i *key_blocks, int16_t *value_pairs) {
+    const int blocks = (length + 15) / 16;
+    for (int b = 0; b < blocks; b++) transpose_key_block8(view, b, D, length, key_blocks + (size_t)b * (D / 4));
+    const __m512i low = interleave_low(), high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
+    for (int k = 0; k < length; k += 2) {
+        const int8_t *a = value_codes(view, k, D), *b = k + 1 < length ? value_codes(view, k + 1, D) : NULL;
+        int16_t *dst = value_pairs + (size_t)(k / 2) * D * 2;
+        for (int d = 0; d < D; d += 32) {
+            const __m512i va = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(a + d)));
+            const __m512i vb = b ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(b + d))) : _mm512_setzero_si512();
+            _mm512_storeu_si512(dst + 2 * d, _mm512_permutex2var_epi16(va, low, vb));
+            _mm512_storeu_si512(dst + 2 * d + 32, _mm512_permutex2var_epi16(va, high, vb));
+        }
+    }
+    gather_scales8(view, length);
+    view->key_blocks = key_blocks;
+    view->value_pairs = value_pairs;
+}
+
+/* One query row (q [kv_count * group][D] bf16, heads in KV-head order) over KV heads views[0 ..
+ * kv_count-1]: a lone row straight from the pool, every KV head in lockstep (as attend_direct), or a
+ * row of a gathered chunk (kv_count 1). */
+static void attend8(const kv8_view *views, int kv_count, const bf16 *q, int group, int D, int length, int stride,
+                    const row8_scratch *w, bf16 *out) {
+    const int blocks = (length + 15) / 16, heads = kv_count * group, direct = views[0].key_blocks == NULL;
+    /* subnormal floats as zero, in and out: a tiny weight times a tiny scale would cost every FMA
+     * that meets it a microcode assist (dpbf16, in the bf16 path, flushes them itself) */
+    const unsigned int control = _mm_getcsr();
+    _mm_setcsr(control | FLUSH_SUBNORMALS);
+    quantize_query(q, heads, D, w->q, w->q_scales);
+    for (int h = 0; h < heads; h++) w->max[h] = -INFINITY;
+    if (direct)
+        for (int kv = 0; kv < kv_count; kv++) gather_scales8(&views[kv], length);
+    for (int b = 0; b < blocks; b++)
+        for (int kv = 0; kv < kv_count; kv++) {
+            /* a lone row's tile reads its block straight from the pool; with more heads than one tile
+             * takes, the block is laid out once for them all */
+            const __m512i *block = direct ? NULL : views[kv].key_blocks + (size_t)b * (D / 4);
+            if (direct && group > HEADS_PER_TILE) {
+                transpose_key_block8(&views[kv], b, D, length, w->block);
+                block = w->block;
+            }
+            for (int g = 0; g < group; g += HEADS_PER_TILE) {
+                const int h = kv * group + g;
+                score8(&views[kv], block, w->q + (size_t)h * D, w->q + (size_t)(heads + h) * D, w->q_scales + h, views[kv].key_scales_t, D, b, length,
+                       w->scores + (size_t)h * stride, stride, w->max + h, MIN(group - g, HEADS_PER_TILE));
+            }
+        }
+    for (int h = 0; h < heads; h++)
+        w->inverse_sum[h] = softmax8(w->scores + (size_t)h * stride, views[h / group].value_scales_t, length, w->max[h],
+                                     w->weights + (size_t)h * stride);
+    memset(w->acc, 0, sizeof(float) * heads * D);
+    for (int k0 = 0; k0 < length; k0 += SPAN_KEYS) {
+        const int k1 = MIN(k0 + SPAN_KEYS, length);
+        for (int kv = 0; kv < kv_count; kv++)
+            for (int g = 0; g < group; g += HEADS_PER_TILE) {
+                const int h = kv * group + g;
+                values8(&views[kv], w->weights + (size_t)h * stride, stride, D, length, k0, k1, w->acc + (size_t)h * D,
+                        MIN(group - g, HEADS_PER_TILE));
+            }
+    }
+    finish_heads(w->acc, w->inverse_sum, heads, D, out);
+    _mm_setcsr(control);
+}
+
+/* the per-worker scratch of an 8-bit KV attention unit */
+typedef struct {
+    int16_t *query_codes; /* [heads][D] codes, then [heads] float scales */
+    float *scores;        /* [heads][padded + 16] */
+    int16_t *weights;     /* [heads][padded + 16] */
+    float *acc;           /* [heads][D], then [heads] max and [heads] 1 / sum */
+    float *scales;        /* [2][kv heads][padded + 16] */
+    __m512i *key_blocks;  /* a chunk's [padded / 16][D / 4] */
+    int16_t *value_pairs; /* a chunk's [padded / 2][D][2] */
+} kv8_buffers;
+
+/* one attention unit over an 8-bit KV cache: a lone row for kv_count KV heads from kv_first on, or
+ * the `count` rows (q, out [count][heads * D]) of a prompt chunk for KV head kv_first */
+static void attend8_unit(const lm_model *md, int layer, int kv_first, int kv_count, const int32_t *slots,
+                         const int64_t *positions, int count, const bf16 *q, bf16 *out, kv8_buffers buffers) {
+    const int D = md->head_dim, KVH = md->num_kv_heads, QH = md->num_heads, group = QH / KVH;
+    const int length = (int)positions[count - 1] + 1, padded = (length + 15) & ~15;
+    __m512i block[MAX_HEAD_DIM / 4];
+    const row8_scratch w = {(uint8_t *)buffers.query_codes, (float *)(buffers.query_codes + (size_t)QH * D), buffers.scores,
+                            buffers.weights, buffers.acc, buffers.acc + (size_t)QH * D, buffers.acc + (size_t)QH * D + QH, block};
+    kv8_view views[KVH];
+    for (int kv = 0; kv < kv_count; kv++) {
+        float *own = buffers.scales + (size_t)2 * kv * (padded + 16);
+        views[kv] = (kv8_view){(const int8_t *)md->k_pool[layer], (const int8_t *)md->v_pool[layer],
+                               md->k_scales[layer], md->v_scales[layer], slots, KVH, kv_first + kv,
+                               NULL, NULL, own, own + padded + 16};
+    }
+    const size_t heads = (size_t)kv_first * group * D, row = (size_t)QH * D;
+    if (count == 1) {
+        attend8(views, kv_count, q + heads, group, D, length, padded + 16, &w, out + heads);
+        return;
+    }
+    gather_keys8(&views[0], D, length, buffers.key_blocks, buffers.value_pairs);
+    for (int t = 0; t < count; t++) {
+        const int own_length = (int)positions[t] + 1;
+        attend8(views, 1, q + t * row + heads, group, D, own_length, ((own_length + 15) & ~15) + 16, &w, out + t * row + heads);
+    }
+}
+
 static void rotate(float *x, const float *cos, const float *sin, int half) {
     for (int i = 0; i < half; i++) {
         float x1 = x[i], x2 = x[i + half];
@@ -727,8 +1081,14 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     bf16 *act = malloc(sizeof(bf16) * T * (I > QS ? I : QS));
     bf16 *normed = malloc(sizeof(bf16) * T * H);
     bf16 *q = malloc(sizeof(bf16) * T * QS);
-    bf16 *keys_t = malloc(sizeof(bf16) * (size_t)padded_max * D * workers);
+    const int kv8 = md->kv_format == KV_INT8;
+    /* a gathered chunk's keys and values (8-bit KV: key blocks of codes and pairs of int16 codes) */
+    bf16 *keys_t = aligned_alloc(64, sizeof(bf16) * (size_t)padded_max * D * workers);
     bf16 *values_t = malloc(sizeof(bf16) * (size_t)padded_max * D * workers);
+    /* 8-bit KV: each worker's query codes and scales, and the key and value scales of every KV head */
+    const size_t scale_scratch = (size_t)2 * KVH * (padded_max + 16);
+    int16_t *query_codes = malloc(sizeof(int16_t) * (size_t)(QH * D + QH * 2) * workers);
+    float *scales = malloc(sizeof(float) * scale_scratch * workers);
     const size_t head_scratch = (size_t)QH * (padded_max + 16), acc_scratch = (size_t)QH * (D + 2);
     float *scores = malloc(sizeof(float) * head_scratch * workers);
     bf16 *probs = malloc(sizeof(bf16) * head_scratch * workers);
@@ -740,9 +1100,10 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     for (int c = 0; c < num_chunks; c++) lone += chunk_starts[c + 1] - chunk_starts[c] == 1;
     const int lone_split = lone < threads ? KVH : 1;
     int *units = malloc(sizeof(int) * 2 * ((size_t)num_chunks * KVH + 1)), num_units = 0;
-    if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !scores || !probs || !accs || !sums || !units) {
-        free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(scores); free(probs);
-        free(accs); free(sums); free(units);
+    if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !query_codes || !scales || !scores || !probs ||
+        !accs || !sums || !units) {
+        free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(query_codes);
+        free(scales); free(scores); free(probs); free(accs); free(sums); free(units);
         return -1;
     }
     for (int c = 0; c < num_chunks; c++) {
@@ -771,7 +1132,16 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
             for (int i = QKV & ~15; i < QKV; i++) r[i] = round_bf16(r[i]);
             for (int h = 0; h < QH + KVH; h++) rotate(r + (size_t)h * D, cos, sin, half);
             for (int i = 0; i < QS; i++) q[(size_t)t * QS + i] = f32_to_bf16(round_bf16(r[i]) * scale);
-            bf16 *kd = md->k_pool[layer] + (size_t)new_slots[t] * KVS, *vd = md->v_pool[layer] + (size_t)new_slots[t] * KVS;
+            const size_t slot = (size_t)new_slots[t];
+            if (kv8) {
+                for (int kv = 0; kv < KVH; kv++) {
+                    const size_t row = slot * KVH + kv;
+                    store_kv8(r + QS + kv * D, D, (int8_t *)md->k_pool[layer] + row * D, md->k_scales[layer] + row);
+                    store_kv8(r + QS + KVS + kv * D, D, (int8_t *)md->v_pool[layer] + row * D, md->v_scales[layer] + row);
+                }
+                continue;
+            }
+            bf16 *kd = (bf16 *)md->k_pool[layer] + slot * KVS, *vd = (bf16 *)md->v_pool[layer] + slot * KVS;
             for (int i = 0; i < KVS; i++) {
                 kd[i] = f32_to_bf16(r[QS + i]);
                 vd[i] = f32_to_bf16(r[QS + KVS + i]);
@@ -789,12 +1159,23 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
             const int length = (int)positions[first + count - 1] + 1;
             const int32_t *slots = md->slot_table + (size_t)chunk_rows[c] * md->table_width;
             float *acc = accs + (size_t)worker * acc_scratch;
+            if (kv8) {
+                attend8_unit(md, layer, units[2 * unit + 1], count == 1 ? KVH / lone_split : 1, slots, positions + first,
+                             count, q + (size_t)first * QS, act + (size_t)first * QS,
+                             (kv8_buffers){query_codes + (size_t)worker * (QH * D + QH * 2),
+                                           scores + (size_t)worker * head_scratch,
+                                           (int16_t *)probs + (size_t)worker * head_scratch, acc,
+                                           scales + (size_t)worker * scale_scratch,
+                                           (__m512i *)(keys_t + (size_t)worker * padded_max * D),
+                                           (int16_t *)values_t + (size_t)worker * padded_max * D});
+                continue;
+            }
             const row_scratch w = {scores + (size_t)worker * head_scratch, probs + (size_t)worker * head_scratch, acc,
                                    acc + (size_t)QH * D, acc + (size_t)QH * D + QH};
             kv_view views[KVH];
             for (int kv = 0; kv < KVH; kv++)
                 views[kv] = (kv_view){NULL, NULL, (length + 15) & ~15, (const int32_t *)md->k_pool[layer],
-                                      md->v_pool[layer], slots, KVH, kv};
+                                      (const bf16 *)md->v_pool[layer], slots, KVH, kv};
             if (count == 1) {
                 const int kv_count = KVH / lone_split;
                 const size_t heads = (size_t)first * QS + (size_t)kv_first * group * D;
@@ -830,8 +1211,8 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     for (int j = 0; j < num_logits; j++) memmove(x + (size_t)j * H, x + (size_t)logit_tokens[j] * H, sizeof(float) * H);
     rms_norm(x, md->final_norm, normed, num_logits, H, md->eps);
     project(md->head_format, md->head, normed, sums, logits, num_logits, md->vocab, H, threads);
-    free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(scores); free(probs);
-    free(accs); free(sums); free(units);
+    free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(query_codes); free(scales);
+    free(scores); free(probs); free(accs); free(sums); free(units);
     return 0;
 }
 

@@ -30,6 +30,10 @@ VECTOR = 16  # float32 lanes of one AVX-512 vector
 MAX_HEAD_DIM = 512  # as forward.c checks
 OUT_OF_RANGE = -2  # lm_forward's status for a token id or position out of range
 FORMAT_CODES = {"bf16": 0, "q4_1": 1, "q8_0": 2}  # forward.c's FORMAT_*
+KV_FORMAT_CODES = {"dense": 0, "int8": 1}  # forward.c's KV_*
+KV_CODES_PER_VECTOR = (
+    64  # int8 codes of one AVX-512 vector: an int8 KV cache's head_dim is whole vectors of them
+)
 
 Format = Literal["bf16", "q4_1", "q8_0"]
 # the engine's weight options → the formats of the layers' projections and of the LM head
@@ -45,15 +49,21 @@ class _Model(ctypes.Structure):
         ("eps", ctypes.c_float),
         *((name, ctypes.c_void_p) for name in (
             "embed", "head", "final_norm", "rope_cos", "rope_sin", "slot_table",
-            "input_norm", "post_norm", "qkv", "o", "gate_up", "down", "k_pool", "v_pool",
+            "input_norm", "post_norm", "qkv", "o", "gate_up", "down",
         )),
+        ("kv_format", ctypes.c_int32),
+        *((name, ctypes.c_void_p) for name in ("k_pool", "v_pool", "k_scales", "v_scales")),
     ]  # fmt: skip
 
 
 def unsupported_reason(
-    config: LlamaConfig, device: torch.device, dtype: torch.dtype, weights: str = "dense"
+    config: LlamaConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    weights: str = "dense",
+    kv_cache: str = "dense",
 ) -> str | None:
-    """Why a model of this shape cannot run natively here with these weights, or None."""
+    """Why a model of this shape cannot run natively here with these weights and KV cache, or None."""
     if device.type != "cpu" or dtype != torch.bfloat16:
         return f"the native kernels run bfloat16 on the CPU, not {dtype} on {device.type}"
     for name in ("hidden_size", "intermediate_size", "head_dim"):
@@ -65,6 +75,8 @@ def unsupported_reason(
         for name in ("hidden_size", "intermediate_size", "q_size"):
             if getattr(config, name) % GROUP_SIZE:
                 return f"{name}={getattr(config, name)} is not whole groups of {GROUP_SIZE} for {weights} weights"
+    if kv_cache == "int8" and config.head_dim % KV_CODES_PER_VECTOR:
+        return f"head_dim={config.head_dim} is not a multiple of {KV_CODES_PER_VECTOR} for an int8 KV cache"
     try:
         load_kernels()
     except (KernelsUnavailable, OSError) as error:
@@ -140,7 +152,8 @@ class NativeModel:
                 layer_weights(i, ("mlp.gate_proj", "mlp.up_proj"), layer.gate_up_proj) for i, layer in enumerate(layers)
             ]),
             down=pointers([layer_weights(i, ("mlp.down_proj",), layer.down_proj) for i, layer in enumerate(layers)]),
-            k_pool=pointers(pool.k), v_pool=pointers(pool.v),
+            kv_format=KV_FORMAT_CODES[pool.kv_format], k_pool=pointers(pool.k), v_pool=pointers(pool.v),
+            k_scales=pointers(pool.k_scales), v_scales=pointers(pool.v_scales),
         )  # fmt: skip
         self._stored.clear()
 

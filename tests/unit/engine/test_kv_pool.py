@@ -78,3 +78,31 @@ def test_a_cpu_pool_costs_memory_only_where_slots_were_written() -> None:
     assert float(pool.k[31][:256].float().sum()) == 256 * 4 * 64
     assert float(pool.k[31][256:1024].float().abs().sum()) == 0.0
     assert resident_mb() - before < 64  # 256 slots of 64 layers' K/V: 8 MiB
+
+
+def test_an_int8_pool_holds_codes_and_a_scale_per_row() -> None:
+    pool = KVPool(
+        num_slots=8,
+        num_layers=2,
+        num_kv_heads=3,
+        head_dim=64,
+        dtype=torch.bfloat16,
+        device=CPU,
+        kv_format="int8",
+    )
+    assert all(t.dtype == torch.int8 and t.shape == (8, 3, 64) for t in pool.k + pool.v)
+    assert all(t.dtype == torch.float32 and t.shape == (8, 3) for t in pool.k_scales + pool.v_scales)
+    assert len(pool.k_scales) == len(pool.v_scales) == 2
+    assert make_pool().k_scales == []
+    with pytest.raises(AssertionError, match="native kernels"):  # the torch model never writes one
+        pool.write(0, torch.tensor([0]), torch.zeros(1, 3, 64), torch.zeros(1, 3, 64))
+    with pytest.raises(ValueError, match="kv_format='fp8'"):
+        KVPool(
+            num_slots=8,
+            num_layers=1,
+            num_kv_heads=1,
+            head_dim=64,
+            dtype=torch.bfloat16,
+            device=CPU,
+            kv_format="fp8",
+        )
