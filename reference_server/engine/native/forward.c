@@ -717,8 +717,10 @@ static void attend_direct(const kv_view *views, int kv_heads, const bf16 *q, int
 typedef struct {
     const int8_t *keys, *values;             /* the layer's pools [slots, kv heads, head_dim] */
     const float *key_scales, *value_scales;  /* [slots, kv heads] */
-    const int32_t *slots;
-    int kv_heads, kv_head;
+    /* each key's first pool row (its slot * kv heads), then the last key's up to length + PREFETCH_KEYS +
+     * 16: rows ahead of the keys are requested without a test */
+    const int32_t *rows;
+    int kv_head;
     /* a gathered chunk's (else NULL): key blocks as score8_tile reads them, values as add_values8 does */
     const __m512i *key_blocks;  /* [blocks][head_dim / 4] */
     const int16_t *value_pairs; /* [padded / 2][head_dim][2]: two keys' codes per dim */
@@ -776,8 +778,12 @@ static inline __m512i dot_quads(__m512i acc, __m512i a, __m512i b) {
     return acc;
 }
 
+static inline const int8_t *key_codes(const kv8_view *view, int key, int D) {
+    return view->keys + ((size_t)view->rows[key] + view->kv_head) * D;
+}
+
 static inline const int8_t *value_codes(const kv8_view *view, int key, int D) {
-    return view->values + ((size_t)view->slots[key] * view->kv_heads + view->kv_head) * D;
+    return view->values + ((size_t)view->rows[key] + view->kv_head) * D;
 }
 
 /* chunk c of block b's keys (16 of them, zeros past length) as vectors of 4 codes per key: r[j] lane i
@@ -788,11 +794,8 @@ static inline __attribute__((always_inline)) void load_key_chunk8(
     const kv8_view *view, int b, int c, int D, int length, __m512i r[16]) {
     const int first = 16 * b, count = MIN(length - first, 16);
     for (int i = 0; i < 16; i++) {
-        const int key = first + i, ahead = key + PREFETCH_KEYS;
-        if (ahead < length)
-            _mm_prefetch((const char *)(view->keys + ((size_t)view->slots[ahead] * view->kv_heads + view->kv_head) * D + 64 * c), _MM_HINT_T0);
-        r[i] = i < count ? _mm512_loadu_si512(view->keys + ((size_t)view->slots[key] * view->kv_heads + view->kv_head) * D + 64 * c)
-                         : _mm512_setzero_si512();
+        _mm_prefetch((const char *)(key_codes(view, first + i + PREFETCH_KEYS, D) + 64 * c), _MM_HINT_T0);
+        r[i] = i < count ? _mm512_loadu_si512(key_codes(view, first + i, D) + 64 * c) : _mm512_setzero_si512();
     }
     transpose16(r);
 }
@@ -877,10 +880,8 @@ static inline __attribute__((always_inline)) void add_values8(
         for (int k = k0; k < k1; k += 2) {
             __m512i v[4];
             if (view->value_pairs == NULL) {
-                if (k + PREFETCH_KEYS + 1 < length) {
-                    _mm_prefetch((const char *)(value_codes(view, k + PREFETCH_KEYS, D) + d0), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(value_codes(view, k + PREFETCH_KEYS + 1, D) + d0), _MM_HINT_T0);
-                }
+                _mm_prefetch((const char *)(value_codes(view, k + PREFETCH_KEYS, D) + d0), _MM_HINT_T0);
+                _mm_prefetch((const char *)(value_codes(view, k + PREFETCH_KEYS + 1, D) + d0), _MM_HINT_T0);
                 const int8_t *a = value_codes(view, k, D) + d0, *b = k + 1 < length ? value_codes(view, k + 1, D) + d0 : NULL;
                 const __m512i a0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)a));
                 const __m512i a1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(a + 32)));
@@ -931,8 +932,7 @@ static void score8(const kv8_view *view, const __m512i *block, const uint8_t *q_
 static void gather_scales8(const kv8_view *view, int length) {
     for (int k = 0; k < length; k += 16) {
         const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (length - k)) - 1u);
-        __m512i index = _mm512_maskz_loadu_epi32(lanes, view->slots + k);
-        index = _mm512_add_epi32(_mm512_mullo_epi32(index, _mm512_set1_epi32(view->kv_heads)), _mm512_set1_epi32(view->kv_head));
+        const __m512i index = _mm512_add_epi32(_mm512_maskz_loadu_epi32(lanes, view->rows + k), _mm512_set1_epi32(view->kv_head));
         _mm512_storeu_ps(view->key_scales_t + k, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, index, view->key_scales, 4));
         _mm512_storeu_ps(view->value_scales_t + k, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, index, view->value_scales, 4));
     }
@@ -1012,6 +1012,7 @@ typedef struct {
     int16_t *weights;     /* [heads][padded + 16] */
     float *acc;           /* [heads][D], then [heads] max and [heads] 1 / sum */
     float *scales;        /* [2][kv heads][padded + 16] */
+    int32_t *rows;        /* [padded + PREFETCH_KEYS + 16] */
     __m512i *key_blocks;  /* a chunk's [padded / 16][D / 4] */
     int16_t *value_pairs; /* a chunk's [padded / 2][D][2] */
 } kv8_buffers;
@@ -1025,11 +1026,12 @@ static void attend8_unit(const lm_model *md, int layer, int kv_first, int kv_cou
     __m512i block[MAX_HEAD_DIM / 4];
     const row8_scratch w = {(uint8_t *)buffers.query_codes, (float *)(buffers.query_codes + (size_t)QH * D), buffers.scores,
                             buffers.weights, buffers.acc, buffers.acc + (size_t)QH * D, buffers.acc + (size_t)QH * D + QH, block};
+    for (int k = 0; k < length + PREFETCH_KEYS + 16; k++) buffers.rows[k] = slots[MIN(k, length - 1)] * KVH;
     kv8_view views[KVH];
     for (int kv = 0; kv < kv_count; kv++) {
         float *own = buffers.scales + (size_t)2 * kv * (padded + 16);
         views[kv] = (kv8_view){(const int8_t *)md->k_pool[layer], (const int8_t *)md->v_pool[layer],
-                               md->k_scales[layer], md->v_scales[layer], slots, KVH, kv_first + kv,
+                               md->k_scales[layer], md->v_scales[layer], buffers.rows, kv_first + kv,
                                NULL, NULL, own, own + padded + 16};
     }
     const size_t heads = (size_t)kv_first * group * D, row = (size_t)QH * D;
@@ -1089,6 +1091,8 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     const size_t scale_scratch = (size_t)2 * KVH * (padded_max + 16);
     int16_t *query_codes = malloc(sizeof(int16_t) * (size_t)(QH * D + QH * 2) * workers);
     float *scales = malloc(sizeof(float) * scale_scratch * workers);
+    const size_t row_scratch_size = (size_t)padded_max + PREFETCH_KEYS + 16;
+    int32_t *key_rows = malloc(sizeof(int32_t) * row_scratch_size * workers);
     const size_t head_scratch = (size_t)QH * (padded_max + 16), acc_scratch = (size_t)QH * (D + 2);
     float *scores = malloc(sizeof(float) * head_scratch * workers);
     bf16 *probs = malloc(sizeof(bf16) * head_scratch * workers);
@@ -1100,10 +1104,10 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     for (int c = 0; c < num_chunks; c++) lone += chunk_starts[c + 1] - chunk_starts[c] == 1;
     const int lone_split = lone < threads ? KVH : 1;
     int *units = malloc(sizeof(int) * 2 * ((size_t)num_chunks * KVH + 1)), num_units = 0;
-    if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !query_codes || !scales || !scores || !probs ||
-        !accs || !sums || !units) {
+    if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !query_codes || !scales || !key_rows || !scores ||
+        !probs || !accs || !sums || !units) {
         free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(query_codes);
-        free(scales); free(scores); free(probs); free(accs); free(sums); free(units);
+        free(scales); free(key_rows); free(scores); free(probs); free(accs); free(sums); free(units);
         return -1;
     }
     for (int c = 0; c < num_chunks; c++) {
@@ -1166,6 +1170,7 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
                                            scores + (size_t)worker * head_scratch,
                                            (int16_t *)probs + (size_t)worker * head_scratch, acc,
                                            scales + (size_t)worker * scale_scratch,
+                                           key_rows + (size_t)worker * row_scratch_size,
                                            (__m512i *)(keys_t + (size_t)worker * padded_max * D),
                                            (int16_t *)values_t + (size_t)worker * padded_max * D});
                 continue;
@@ -1212,7 +1217,7 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     rms_norm(x, md->final_norm, normed, num_logits, H, md->eps);
     project(md->head_format, md->head, normed, sums, logits, num_logits, md->vocab, H, threads);
     free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(query_codes); free(scales);
-    free(scores); free(probs); free(accs); free(sums); free(units);
+    free(key_rows); free(scores); free(probs); free(accs); free(sums); free(units);
     return 0;
 }
 
