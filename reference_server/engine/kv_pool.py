@@ -17,8 +17,10 @@ class KVPool:
     """Per layer K and V tensors ``[num_slots, num_kv_heads, head_dim]`` and a free list.
 
     ``kv_format="int8"`` holds each token's K (and V) row of each KV head as int8 codes of its
-    largest value, with that value / 127 in ``k_scales`` (``v_scales``) ``[num_slots, num_kv_heads]``
-    float32. The native kernels write and read that format (engine/native/forward.c).
+    largest value, with that value / 127 in ``k_scales`` (``v_scales``), one plane per KV head:
+    codes ``[num_kv_heads, num_slots, head_dim]``, scales ``[num_kv_heads, num_slots]`` float32, so a
+    KV head's keys of consecutive slots are consecutive 64-byte rows (one stream for the hardware's
+    prefetch). The native kernels write and read that format (engine/native/forward.c).
     """
 
     def __init__(
@@ -34,15 +36,16 @@ class KVPool:
     ) -> None:
         if kv_format not in ("dense", "int8"):
             raise ValueError(f"kv_format={kv_format!r} must be 'dense' or 'int8'")
-        shape = (num_slots, num_kv_heads, head_dim)
-        codes = dtype if kv_format == "dense" else torch.int8
+        dense = kv_format == "dense"
+        shape = (num_slots, num_kv_heads, head_dim) if dense else (num_kv_heads, num_slots, head_dim)
+        codes = dtype if dense else torch.int8
         # zeros, not empty: masked-out padding slots are still read, and 0 * NaN would poison sums
         self._mappings: list[mmap.mmap] = []
         self.k = [self._zeros(shape, codes, device) for _ in range(num_layers)]
         self.v = [self._zeros(shape, codes, device) for _ in range(num_layers)]
-        scaled = num_layers if kv_format == "int8" else 0
-        self.k_scales = [self._zeros((num_slots, num_kv_heads), torch.float32, device) for _ in range(scaled)]
-        self.v_scales = [self._zeros((num_slots, num_kv_heads), torch.float32, device) for _ in range(scaled)]
+        scaled = 0 if dense else num_layers
+        self.k_scales = [self._zeros((num_kv_heads, num_slots), torch.float32, device) for _ in range(scaled)]
+        self.v_scales = [self._zeros((num_kv_heads, num_slots), torch.float32, device) for _ in range(scaled)]
         self.kv_format = kv_format
         self.num_slots = num_slots
         self.dtype = dtype

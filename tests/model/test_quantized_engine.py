@@ -92,11 +92,12 @@ def test_an_int8_kv_cache_holds_the_codes_of_the_dense_caches_rows(tokenizer: To
         pools[kv_cache] = engine.kv.pool
     dense, coded = pools["dense"], pools["int8"]
     n = len(prompt)  # a fresh engine's first slots, in the same order in both
-    for rows, codes, scales in (
+    for rows, planes, plane_scales in (
         (dense.k[0], coded.k[0], coded.k_scales[0]),
         (dense.v[0], coded.v[0], coded.v_scales[0]),
     ):
-        x = rows[:n].float()
+        x = rows[:n].float()  # [slots, kv heads, head_dim]; the int8 pool keeps a plane per KV head
+        codes, scales = planes.transpose(0, 1), plane_scales.transpose(0, 1)
         largest = x.abs().amax(dim=-1)
         assert torch.equal(scales[:n], largest / 127)
         # a true division, as the kernels': 127 / tensor is torch's reciprocal times 127

@@ -38,9 +38,10 @@ typedef struct {
     const void *const *gate_up;  /* [2 * intermediate, hidden] */
     const void *const *down;     /* [hidden, intermediate] */
     int32_t kv_format;           /* KV_BF16 or KV_INT8 */
-    void *const *k_pool;         /* per layer [slots, kv heads, head_dim]: bf16, or int8 codes */
+    int32_t kv_slots;            /* the pools' slots */
+    void *const *k_pool;         /* per layer, bf16 [slots, kv heads, head_dim] or int8 codes [kv heads, slots, head_dim] */
     void *const *v_pool;
-    float *const *k_scales;      /* KV_INT8: per layer [slots, kv heads], each row's scale */
+    float *const *k_scales;      /* KV_INT8: per layer [kv heads, slots], each row's scale */
     float *const *v_scales;
 } lm_model;
 
@@ -697,13 +698,14 @@ static void attend_direct(const kv_view *views, int kv_heads, const bf16 *q, int
  * Each token's K (and V) row of each KV head is stored as int8 codes c = round(x * 127 / max|x|)
  * of its bf16 values, with the row's scale max|x| / 127 beside it (store_kv8): half the bytes a
  * step reads at long context. A query row is quantized per head to int16 (qi, scale qs), so a score
- * is qs * ks * sum(qi * c), the sum in int32 (vpdpwssd) and exact whatever its order: |qi| <= 32767,
- * |c| <= 127, head_dim <= 512, under 2^31. The values are weighted the same way: each key's weight
- * (its probability times its value scale) as int16 codes of the row's largest weight, summed in
- * int32 over a span of SPAN_KEYS keys (exact: under 2^31 again), each span's sums then added in
- * float32 in key order. A lone row reads its keys' codes straight from the pool into the vectors a
- * prompt chunk lays out once (gather_keys8), so both ways compute the same numbers. The head dim is
- * a multiple of 64 (one 64-byte row of codes per vector). */
+ * is qs * ks * sum(qi * c), the sum in int32 (vpdpbusd, 4 codes at a time) and exact whatever its
+ * order: |qi| <= 32767, |c| <= 127, head_dim <= 512, under 2^31. The values are weighted the same way:
+ * each key's weight (its probability times its value scale) as int16 codes of the KV head's largest
+ * value scale, summed in int32 over a span of SPAN_KEYS keys (vpdpwssd, exact: under 2^31 again),
+ * each span's sums then added in float32 in key order. Each KV head's codes lie in a plane of their
+ * own, so a sequence's keys are consecutive 64-byte rows. A lone row reads its keys' codes straight
+ * from the pool into the vectors a prompt chunk lays out once (gather_keys8), so both ways compute
+ * the same numbers. The head dim is a multiple of 64 (one row of codes per vector). */
 
 #define KV_BF16 0
 #define KV_INT8 1
@@ -715,12 +717,11 @@ static void attend_direct(const kv_view *views, int kv_heads, const bf16 *q, int
 #define FLUSH_SUBNORMALS 0x8040u /* MXCSR flush-to-zero and denormals-are-zero */
 
 typedef struct {
-    const int8_t *keys, *values;             /* the layer's pools [slots, kv heads, head_dim] */
-    const float *key_scales, *value_scales;  /* [slots, kv heads] */
-    /* each key's first pool row (its slot * kv heads), then the last key's up to length + PREFETCH_KEYS +
-     * 16: rows ahead of the keys are requested without a test */
+    const int8_t *keys, *values;             /* the KV head's planes of the layer's pools [slots, head_dim] */
+    const float *key_scales, *value_scales;  /* [slots] */
+    /* each key's slot, then the last key's up to length + PREFETCH_KEYS + 16: rows ahead of the keys are
+     * requested without a test */
     const int32_t *rows;
-    int kv_head;
     /* a gathered chunk's (else NULL): key blocks as score8_tile reads them, values as add_values8 does */
     const __m512i *key_blocks;  /* [blocks][head_dim / 4] */
     const int16_t *value_pairs; /* [padded / 2][head_dim][2]: two keys' codes per dim */
@@ -731,9 +732,10 @@ typedef struct {
     uint8_t *q;             /* [2][heads][D]: the query row's codes + 32768, high bytes then low bytes */
     float *q_scales;        /* [heads] */
     float *scores;          /* [heads][stride] */
-    int16_t *weights;       /* [heads][stride]: each key's weight p * vs, as codes */
+    int16_t *weights;       /* [heads][stride]: each key's weight p * vs, as codes (softmax8) */
     float *acc;             /* [heads][D] */
-    float *max, *inverse_sum; /* [heads] */
+    float *max;             /* [heads][16]: each head's largest score of each lane */
+    float *inverse_sum;     /* [heads] */
     __m512i *block;         /* [MAX_HEAD_DIM / 64][16]: a lone row's key block */
 } row8_scratch;
 
@@ -765,6 +767,7 @@ static void quantize_query(const bf16 *q, int heads, int D, uint8_t *bytes, floa
         scales[h] = amax / QUERY_MAX;
     }
 }
+
 /* acc + the dot products of a's and b's int16 pairs, lane by lane (vpdpwssd). Written out because
  * GCC copies the accumulator of _mm512_dpwssd_epi32 into a fresh register at every call in a loop. */
 static inline __m512i dot_pairs(__m512i acc, __m512i a, __m512i b) {
@@ -779,11 +782,11 @@ static inline __m512i dot_quads(__m512i acc, __m512i a, __m512i b) {
 }
 
 static inline const int8_t *key_codes(const kv8_view *view, int key, int D) {
-    return view->keys + ((size_t)view->rows[key] + view->kv_head) * D;
+    return view->keys + (size_t)view->rows[key] * D;
 }
 
 static inline const int8_t *value_codes(const kv8_view *view, int key, int D) {
-    return view->values + ((size_t)view->rows[key] + view->kv_head) * D;
+    return view->values + (size_t)view->rows[key] * D;
 }
 
 /* chunk c of block b's keys (16 of them, zeros past length) as vectors of 4 codes per key: r[j] lane i
@@ -808,6 +811,7 @@ static void transpose_key_block8(const kv8_view *view, int b, int D, int length,
         for (int j = 0; j < 16; j++) _mm512_store_si512(out + 16 * c + j, r[j]);
     }
 }
+
 /* scores of keys 16b .. 16b+15 for n heads, -inf past length, from their block (transpose_key_block8),
  * or with block NULL straight from the pool (load_key_chunk8: the same vectors) */
 static inline __attribute__((always_inline)) void score8_tile(
@@ -842,29 +846,25 @@ static inline __attribute__((always_inline)) void score8_tile(
         __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(ks, _mm512_set1_ps(q_scales[h])));
         if (left < 16) s = _mm512_mask_blend_ps((__mmask16)((1u << left) - 1u), _mm512_set1_ps(-INFINITY), s);
         _mm512_storeu_ps(scores + (size_t)h * stride + 16 * b, s);
-        max[h] = fmaxf(max[h], _mm512_reduce_max_ps(s));
+        _mm512_storeu_ps(max + 16 * h, _mm512_max_ps(_mm512_loadu_ps(max + 16 * h), s));
     }
 }
-/* one head's probabilities (e^(s - max) / their sum) times the value scales, as int16 codes of their
- * largest (zeros up to length + 16); returns the float value of one code over the sum of e^(s - max) */
-static float softmax8(float *s, const float *value_scales, int length, float max, int16_t *weights) {
-    __m512 vmax = _mm512_set1_ps(max), sum = _mm512_setzero_ps(), largest = _mm512_setzero_ps();
-    for (int k = 0; k < length; k += 16) {
-        const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (length - k)) - 1u);
-        __m512 e = _mm512_maskz_mov_ps(lanes, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + k), vmax)));
-        sum = _mm512_add_ps(sum, e);
-        __m512 weight = _mm512_mul_ps(e, _mm512_loadu_ps(value_scales + k));
-        largest = _mm512_max_ps(largest, weight);
-        _mm512_storeu_ps(s + k, weight);
-    }
-    const float top = _mm512_reduce_max_ps(largest);
-    const __m512 inverse = _mm512_set1_ps(top > 0.0f ? QUERY_MAX / top : 0.0f);
+
+/* one head's weights: its probabilities (e^(s - max) / their sum) times the value scales, as int16
+ * codes of the KV head's largest value scale, which no weight exceeds (zeros up to length + 16);
+ * returns the float value of one code over the sum of e^(s - max) */
+static float softmax8(const float *s, const float *value_scales, int length, float max, float largest_scale,
+                      int16_t *weights) {
+    const __m512 vmax = _mm512_set1_ps(max), inverse = _mm512_set1_ps(largest_scale > 0.0f ? QUERY_MAX / largest_scale : 0.0f);
+    __m512 sum = _mm512_setzero_ps();
     for (int k = 0; k < length + 16; k += 16) {
         const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : length > k ? (__mmask16)((1u << (length - k)) - 1u) : 0;
-        const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, s + k), inverse));
-        _mm256_storeu_si256((__m256i *)(weights + k), _mm512_cvtepi32_epi16(codes));
+        const __m512 e = _mm512_maskz_mov_ps(lanes, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, s + k), vmax)));
+        sum = _mm512_add_ps(sum, e);
+        const __m512 scaled = _mm512_mul_ps(_mm512_mul_ps(e, _mm512_maskz_loadu_ps(lanes, value_scales + k)), inverse);
+        _mm256_storeu_si256((__m256i *)(weights + k), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(scaled)));
     }
-    return top / QUERY_MAX / _mm512_reduce_add_ps(sum);
+    return largest_scale / QUERY_MAX / _mm512_reduce_add_ps(sum);
 }
 
 /* acc [n][D] += the values of keys k0 .. k1-1 (one span, k0 even) times their weights' codes, by pairs
@@ -928,13 +928,27 @@ static void score8(const kv8_view *view, const __m512i *block, const uint8_t *q_
     }
 }
 
-/* the scales of keys 0 .. length-1 in key order (zeros up to the next 16) */
+/* the scales of keys 0 .. length-1 in key order (zeros up to the next 16): 16 keys on consecutive slots
+ * (a sequence's usual run) are one load from the KV head's plane, others a gather; either way the
+ * scales PREFETCH_KEYS keys on are asked for (a gather waits for each of its lines in turn) */
 static void gather_scales8(const kv8_view *view, int length) {
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     for (int k = 0; k < length; k += 16) {
+        const int32_t ahead = view->rows[k + PREFETCH_KEYS];
+        _mm_prefetch((const char *)(view->key_scales + ahead), _MM_HINT_T0);
+        _mm_prefetch((const char *)(view->value_scales + ahead), _MM_HINT_T0);
         const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (length - k)) - 1u);
-        const __m512i index = _mm512_add_epi32(_mm512_maskz_loadu_epi32(lanes, view->rows + k), _mm512_set1_epi32(view->kv_head));
-        _mm512_storeu_ps(view->key_scales_t + k, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, index, view->key_scales, 4));
-        _mm512_storeu_ps(view->value_scales_t + k, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, index, view->value_scales, 4));
+        const __m512i index = _mm512_maskz_loadu_epi32(lanes, view->rows + k);
+        __m512 keys, values;
+        if (lanes == 0xffff && _mm512_cmpeq_epi32_mask(index, _mm512_add_epi32(_mm512_set1_epi32(view->rows[k]), iota)) == 0xffff) {
+            keys = _mm512_loadu_ps(view->key_scales + view->rows[k]);
+            values = _mm512_loadu_ps(view->value_scales + view->rows[k]);
+        } else {
+            keys = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, index, view->key_scales, 4);
+            values = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, index, view->value_scales, 4);
+        }
+        _mm512_storeu_ps(view->key_scales_t + k, keys);
+        _mm512_storeu_ps(view->value_scales_t + k, values);
     }
 }
 
@@ -970,7 +984,7 @@ static void attend8(const kv8_view *views, int kv_count, const bf16 *q, int grou
     const unsigned int control = _mm_getcsr();
     _mm_setcsr(control | FLUSH_SUBNORMALS);
     quantize_query(q, heads, D, w->q, w->q_scales);
-    for (int h = 0; h < heads; h++) w->max[h] = -INFINITY;
+    for (int h = 0; h < heads; h++) _mm512_storeu_ps(w->max + 16 * h, _mm512_set1_ps(-INFINITY));
     if (direct)
         for (int kv = 0; kv < kv_count; kv++) gather_scales8(&views[kv], length);
     for (int b = 0; b < blocks; b++)
@@ -985,11 +999,21 @@ static void attend8(const kv8_view *views, int kv_count, const bf16 *q, int grou
             for (int g = 0; g < group; g += HEADS_PER_TILE) {
                 const int h = kv * group + g;
                 score8(&views[kv], block, w->q + (size_t)h * D, w->q + (size_t)(heads + h) * D, w->q_scales + h, views[kv].key_scales_t, D, b, length,
-                       w->scores + (size_t)h * stride, stride, w->max + h, MIN(group - g, HEADS_PER_TILE));
+                       w->scores + (size_t)h * stride, stride, w->max + 16 * h, MIN(group - g, HEADS_PER_TILE));
             }
         }
+    float largest_scale[kv_count];
+    for (int kv = 0; kv < kv_count; kv++) {
+        __m512 largest = _mm512_setzero_ps();
+        for (int k = 0; k < length; k += 16) {  /* the row's own keys only: a chunk's later rows' are laid out too */
+            const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (length - k)) - 1u);
+            largest = _mm512_max_ps(largest, _mm512_maskz_loadu_ps(lanes, views[kv].value_scales_t + k));
+        }
+        largest_scale[kv] = _mm512_reduce_max_ps(largest);
+    }
     for (int h = 0; h < heads; h++)
-        w->inverse_sum[h] = softmax8(w->scores + (size_t)h * stride, views[h / group].value_scales_t, length, w->max[h],
+        w->inverse_sum[h] = softmax8(w->scores + (size_t)h * stride, views[h / group].value_scales_t, length,
+                                     _mm512_reduce_max_ps(_mm512_loadu_ps(w->max + 16 * h)), largest_scale[h / group],
                                      w->weights + (size_t)h * stride);
     memset(w->acc, 0, sizeof(float) * heads * D);
     for (int k0 = 0; k0 < length; k0 += SPAN_KEYS) {
@@ -1005,12 +1029,19 @@ static void attend8(const kv8_view *views, int kv_count, const bf16 *q, int grou
     _mm_setcsr(control);
 }
 
+/* rows [length + PREFETCH_KEYS + 16]: each key's slot, then the last one's */
+static void key_rows8(const int32_t *slots, int length, int32_t *rows) {
+    memcpy(rows, slots, sizeof(int32_t) * length);
+    const __m512i last = _mm512_set1_epi32(rows[length - 1]);
+    for (int k = length; k < length + PREFETCH_KEYS + 16; k += 16) _mm512_storeu_si512(rows + k, last);
+}
+
 /* the per-worker scratch of an 8-bit KV attention unit */
 typedef struct {
     int16_t *query_codes; /* [heads][D] codes, then [heads] float scales */
     float *scores;        /* [heads][padded + 16] */
     int16_t *weights;     /* [heads][padded + 16] */
-    float *acc;           /* [heads][D], then [heads] max and [heads] 1 / sum */
+    float *acc;           /* [heads][D], then [heads][16] max and [heads] 1 / sum */
     float *scales;        /* [2][kv heads][padded + 16] */
     int32_t *rows;        /* [padded + PREFETCH_KEYS + 16] */
     __m512i *key_blocks;  /* a chunk's [padded / 16][D / 4] */
@@ -1025,13 +1056,14 @@ static void attend8_unit(const lm_model *md, int layer, int kv_first, int kv_cou
     const int length = (int)positions[count - 1] + 1, padded = (length + 15) & ~15;
     __m512i block[MAX_HEAD_DIM / 4];
     const row8_scratch w = {(uint8_t *)buffers.query_codes, (float *)(buffers.query_codes + (size_t)QH * D), buffers.scores,
-                            buffers.weights, buffers.acc, buffers.acc + (size_t)QH * D, buffers.acc + (size_t)QH * D + QH, block};
-    for (int k = 0; k < length + PREFETCH_KEYS + 16; k++) buffers.rows[k] = slots[MIN(k, length - 1)] * KVH;
+                            buffers.weights, buffers.acc, buffers.acc + (size_t)QH * D, buffers.acc + (size_t)QH * (D + 16), block};
+    key_rows8(slots, length, buffers.rows);
     kv8_view views[KVH];
     for (int kv = 0; kv < kv_count; kv++) {
+        const size_t plane = (size_t)(kv_first + kv) * md->kv_slots;  /* the KV head's rows */
         float *own = buffers.scales + (size_t)2 * kv * (padded + 16);
-        views[kv] = (kv8_view){(const int8_t *)md->k_pool[layer], (const int8_t *)md->v_pool[layer],
-                               md->k_scales[layer], md->v_scales[layer], buffers.rows, kv_first + kv,
+        views[kv] = (kv8_view){(const int8_t *)md->k_pool[layer] + plane * D, (const int8_t *)md->v_pool[layer] + plane * D,
+                               md->k_scales[layer] + plane, md->v_scales[layer] + plane, buffers.rows,
                                NULL, NULL, own, own + padded + 16};
     }
     const size_t heads = (size_t)kv_first * group * D, row = (size_t)QH * D;
@@ -1091,9 +1123,9 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
     const size_t scale_scratch = (size_t)2 * KVH * (padded_max + 16);
     int16_t *query_codes = malloc(sizeof(int16_t) * (size_t)(QH * D + QH * 2) * workers);
     float *scales = malloc(sizeof(float) * scale_scratch * workers);
-    const size_t row_scratch_size = (size_t)padded_max + PREFETCH_KEYS + 16;
+    const size_t row_scratch_size = (size_t)padded_max + PREFETCH_KEYS + 32;
     int32_t *key_rows = malloc(sizeof(int32_t) * row_scratch_size * workers);
-    const size_t head_scratch = (size_t)QH * (padded_max + 16), acc_scratch = (size_t)QH * (D + 2);
+    const size_t head_scratch = (size_t)QH * (padded_max + 16), acc_scratch = (size_t)QH * (D + 17);
     float *scores = malloc(sizeof(float) * head_scratch * workers);
     bf16 *probs = malloc(sizeof(bf16) * head_scratch * workers);
     float *accs = malloc(sizeof(float) * acc_scratch * workers);
@@ -1139,7 +1171,7 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
             const size_t slot = (size_t)new_slots[t];
             if (kv8) {
                 for (int kv = 0; kv < KVH; kv++) {
-                    const size_t row = slot * KVH + kv;
+                    const size_t row = (size_t)kv * md->kv_slots + slot;
                     store_kv8(r + QS + kv * D, D, (int8_t *)md->k_pool[layer] + row * D, md->k_scales[layer] + row);
                     store_kv8(r + QS + KVS + kv * D, D, (int8_t *)md->v_pool[layer] + row * D, md->v_scales[layer] + row);
                 }

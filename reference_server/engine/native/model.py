@@ -52,6 +52,7 @@ class _Model(ctypes.Structure):
             "input_norm", "post_norm", "qkv", "o", "gate_up", "down",
         )),
         ("kv_format", ctypes.c_int32),
+        ("kv_slots", ctypes.c_int32),
         *((name, ctypes.c_void_p) for name in ("k_pool", "v_pool", "k_scales", "v_scales")),
     ]  # fmt: skip
 
@@ -152,7 +153,8 @@ class NativeModel:
                 layer_weights(i, ("mlp.gate_proj", "mlp.up_proj"), layer.gate_up_proj) for i, layer in enumerate(layers)
             ]),
             down=pointers([layer_weights(i, ("mlp.down_proj",), layer.down_proj) for i, layer in enumerate(layers)]),
-            kv_format=KV_FORMAT_CODES[pool.kv_format], k_pool=pointers(pool.k), v_pool=pointers(pool.v),
+            kv_format=KV_FORMAT_CODES[pool.kv_format], kv_slots=pool.num_slots,
+            k_pool=pointers(pool.k), v_pool=pointers(pool.v),
             k_scales=pointers(pool.k_scales), v_scales=pointers(pool.v_scales),
         )  # fmt: skip
         self._stored.clear()

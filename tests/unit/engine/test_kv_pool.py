@@ -90,8 +90,9 @@ def test_an_int8_pool_holds_codes_and_a_scale_per_row() -> None:
         device=CPU,
         kv_format="int8",
     )
-    assert all(t.dtype == torch.int8 and t.shape == (8, 3, 64) for t in pool.k + pool.v)
-    assert all(t.dtype == torch.float32 and t.shape == (8, 3) for t in pool.k_scales + pool.v_scales)
+    # one plane per KV head
+    assert all(t.dtype == torch.int8 and t.shape == (3, 8, 64) for t in pool.k + pool.v)
+    assert all(t.dtype == torch.float32 and t.shape == (3, 8) for t in pool.k_scales + pool.v_scales)
     assert len(pool.k_scales) == len(pool.v_scales) == 2
     assert make_pool().k_scales == []
     with pytest.raises(AssertionError, match="native kernels"):  # the torch model never writes one
