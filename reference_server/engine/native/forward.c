@@ -775,7 +775,8 @@ static inline __m512i dot_pairs(__m512i acc, __m512i a, __m512i b) {
     return acc;
 }
 
-/* acc + the dot products of a's unsigned and b's signed bytes, 4 to a lane (vpdpbusd) */
+/* acc + the dot products of a's unsigned and b's signed bytes, 4 to a lane (vpdpbusd; written out as
+ * dot_pairs is) */
 static inline __m512i dot_quads(__m512i acc, __m512i a, __m512i b) {
     __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
     return acc;
