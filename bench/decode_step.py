@@ -1,7 +1,8 @@
 """Where one decode step goes at 1 stream, and before/after comparisons of it.
 
     python bench/decode_step.py [--threads 1] [--steps 96] [--rounds 3] [--trees DIR,DIR,...]
-                                [--kernels torch|native] [--context 48] [--json out.json]
+                                [--kernels torch|native] [--kv-cache dense|int8] [--context 48]
+                                [--json out.json]
 
 In-process, no gRPC: a ``ModelEngine`` (bf16, the embedded model, ``--weights``, ``--kv-cache``) decodes one greedy
 request (a 48-token prompt, or ``--context`` tokens, EOS ignored) and every step is timed; then the parts of the

@@ -31,9 +31,8 @@ MAX_HEAD_DIM = 512  # as forward.c checks
 OUT_OF_RANGE = -2  # lm_forward's status for a token id or position out of range
 FORMAT_CODES = {"bf16": 0, "q4_1": 1, "q8_0": 2}  # forward.c's FORMAT_*
 KV_FORMAT_CODES = {"dense": 0, "int8": 1}  # forward.c's KV_*
-KV_CODES_PER_VECTOR = (
-    64  # int8 codes of one AVX-512 vector: an int8 KV cache's head_dim is whole vectors of them
-)
+# int8 codes of one AVX-512 vector: an int8 KV cache's head_dim is whole vectors of them
+KV_CODES_PER_VECTOR = 64
 
 Format = Literal["bf16", "q4_1", "q8_0"]
 # the engine's weight options → the formats of the layers' projections and of the LM head
