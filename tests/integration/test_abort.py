@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from grpclib import GRPCError, Status
 from rawwire import GENERATE, H2Call, frame
 from streams import collect, first_delta, kinds, run, wait_idle
 
@@ -85,7 +86,9 @@ def test_client_cancel_and_deadline_release_the_request(slow_fake_server: Server
         try:
             await collect(client, long_request("deadline"), timeout=0.3)
         except TimeoutError:
-            pass
+            pass  # the client's own timer ended the call
+        except GRPCError as error:  # or the server's did first (on a busy machine, either may)
+            assert error.status is Status.DEADLINE_EXCEEDED, error
         else:
             raise AssertionError("a 2000-token generation finished within a 0.3 s deadline")
         await wait_idle(client)
