@@ -80,16 +80,20 @@ def test_a_cpu_pool_costs_memory_only_where_slots_were_written() -> None:
     assert resident_mb() - before < 64  # 256 slots of 64 layers' K/V: 8 MiB
 
 
-def test_an_int8_pool_holds_codes_and_a_scale_per_row() -> None:
-    pool = KVPool(
+def coded_pool(kv_format: str = "int8", layers: int = 2) -> KVPool:
+    return KVPool(
         num_slots=8,
-        num_layers=2,
+        num_layers=layers,
         num_kv_heads=3,
         head_dim=64,
         dtype=torch.bfloat16,
         device=CPU,
-        kv_format="int8",
+        kv_format=kv_format,
     )
+
+
+def test_an_int8_pool_holds_codes_and_a_scale_per_row() -> None:
+    pool = coded_pool()
     # one plane per KV head
     assert all(t.dtype == torch.int8 and t.shape == (3, 8, 64) for t in pool.k + pool.v)
     assert all(t.dtype == torch.float32 and t.shape == (3, 8) for t in pool.k_scales + pool.v_scales)
@@ -98,12 +102,4 @@ def test_an_int8_pool_holds_codes_and_a_scale_per_row() -> None:
     with pytest.raises(AssertionError, match="native kernels"):  # the torch model never writes one
         pool.write(0, torch.tensor([0]), torch.zeros(1, 3, 64), torch.zeros(1, 3, 64))
     with pytest.raises(ValueError, match="kv_format='fp8'"):
-        KVPool(
-            num_slots=8,
-            num_layers=1,
-            num_kv_heads=1,
-            head_dim=64,
-            dtype=torch.bfloat16,
-            device=CPU,
-            kv_format="fp8",
-        )
+        coded_pool("fp8", layers=1)
