@@ -1,11 +1,11 @@
 """Decode tokens/s of the model engine on a CUDA GPU, beside the GPU's memory-bandwidth limit.
 
-    python bench/gpu_decode.py [--backends sdpa,flashinfer] [--streams 1,8,32] [--tokens 128]
-                               [--random-weights DIR] [--json out.json]
+    python bench/gpu_decode.py [--backends sdpa,flashinfer,flashinfer-eager] [--streams 1,8,32]
+                               [--tokens 128] [--random-weights DIR] [--json out.json]
 
-In-process (no gRPC): a ``ModelEngine`` on ``cuda`` per attention backend decodes ``--streams``
-greedy requests at once (48-token prompts, EOS ignored) and the steps after their prefill are
-timed. Before that, a device-to-device copy of 1 GiB measures the memory bandwidth (bytes read
+In-process (no gRPC): a ``ModelEngine`` on ``cuda`` per attention backend (``flashinfer`` replays
+its decode steps from CUDA graphs, ``flashinfer-eager`` does not) decodes ``--streams`` greedy
+requests at once (48-token prompts, EOS ignored) and the steps after their prefill are timed. Before that, a device-to-device copy of 1 GiB measures the memory bandwidth (bytes read
 and written); a one-stream decode step reads every weight once, so bandwidth / weight bytes is the
 one-stream limit, printed beside each one-stream figure. Each backend also decodes a greedy
 request alone and among others, and reports whether its tokens changed (a GPU engine does not
@@ -23,6 +23,7 @@ import json
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -123,11 +124,43 @@ def decode(engine: ModelEngine, batch: list[list[int]], tokens: int) -> tuple[fl
     return counted / elapsed, produced
 
 
+def measure(
+    backend: str, source: ModelSource, bandwidth: float, args: argparse.Namespace
+) -> dict[str, float]:
+    """One engine with this backend: decode tok/s per stream count (median of the rounds, each
+    count decoded once untimed first: its CUDA graph is captured there), and whether a greedy
+    request's tokens are the same alone and among 15 others."""
+    config = ModelEngineConfig(
+        source=source, device="cuda", attention_backend=backend.removesuffix("-eager"), kv_tokens=65536,
+        max_running_sequences=64, max_batch_tokens=4096, load_embedding_model=False,
+        cuda_graphs=not backend.endswith("-eager"),
+    )  # fmt: skip
+    engine = ModelEngine(config)
+    vocab = engine.model.config.vocab_size
+    decode(engine, prompts(4, vocab, salt=1), 16)  # warm-up: kernels, allocator
+    row: dict[str, float] = {"weight_mb": weight_bytes(engine) / 1e6}
+    for streams in [int(s) for s in args.streams.split(",")]:
+        decode(engine, prompts(streams, vocab, salt=streams), 4)
+        rates = [
+            decode(engine, prompts(streams, vocab, salt=100 * r + streams), args.tokens)[0]
+            for r in range(args.rounds)
+        ]
+        row[f"streams={streams}"] = statistics.median(rates)
+        row[f"step_ms_streams={streams}"] = 1000 * streams / row[f"streams={streams}"]
+    alone = decode(engine, prompts(1, vocab, salt=7), 32)[1]["r0"]
+    together = decode(engine, prompts(1, vocab, salt=7) + prompts(15, vocab, salt=8), 32)[1]["r0"]
+    row["same_tokens_alone_and_batched"] = float(alone == together)
+    row["one_stream_limit"] = bandwidth * 1e9 / (row["weight_mb"] * 1e6)
+    graphs = engine.runner.graphs
+    row["graph_sizes"] = float(len(graphs.captured_sizes)) if graphs is not None else 0.0
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--backends", default="sdpa,flashinfer")
+    parser.add_argument("--backends", default="sdpa,flashinfer,flashinfer-eager")
     parser.add_argument("--streams", default="1,8,32")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
@@ -147,43 +180,29 @@ def main() -> None:
     print(f"GPU: {torch.cuda.get_device_name()}, copy bandwidth {bandwidth:.0f} GB/s; model {source.path}")
     results: dict[str, dict[str, float]] = {}
     for backend in args.backends.split(","):
-        if backend == "flashinfer":
+        if backend.removesuffix("-eager") == "flashinfer":
             try:
                 import flashinfer  # noqa: F401
             except ImportError as error:
                 print(f"{backend}: not installed ({error})")
                 continue
-        config = ModelEngineConfig(
-            source=source, device="cuda", attention_backend=backend, kv_tokens=65536,
-            max_running_sequences=64, max_batch_tokens=4096, load_embedding_model=False,
-        )  # fmt: skip
-        engine = ModelEngine(config)
-        vocab = engine.model.config.vocab_size
-        decode(engine, prompts(4, vocab, salt=1), 16)  # warm-up: kernels, allocator
-        row: dict[str, float] = {"weight_mb": weight_bytes(engine) / 1e6}
-        for streams in [int(s) for s in args.streams.split(",")]:
-            rates = [
-                decode(engine, prompts(streams, vocab, salt=100 * r + streams), args.tokens)[0]
-                for r in range(args.rounds)
-            ]
-            row[f"streams={streams}"] = statistics.median(rates)
-        alone = decode(engine, prompts(1, vocab, salt=7), 32)[1]["r0"]
-        together = decode(engine, prompts(1, vocab, salt=7) + prompts(15, vocab, salt=8), 32)[1]["r0"]
-        row["same_tokens_alone_and_batched"] = float(alone == together)
-        limit = bandwidth * 1e9 / (row["weight_mb"] * 1e6)
-        row["one_stream_limit"] = limit
+        try:
+            row = measure(backend, source, bandwidth, args)
+        except Exception:  # one backend failing (a kernel it cannot build, say) leaves the others' rows
+            print(f"{backend}: failed\n{traceback.format_exc()}")
+            continue
         results[backend] = row
         cells = ", ".join(
             f"{k.removeprefix('streams=')} streams {v:.0f} tok/s"
             for k, v in row.items()
             if k.startswith("streams=")
         )
+        limit = row["one_stream_limit"]
         print(
             f"{backend}: {cells}; 1 stream at {row.get('streams=1', float('nan')) / limit:.1%} of its limit "
             f"({limit:.0f} tok/s = {bandwidth:.0f} GB/s / {row['weight_mb']:.0f} MB); greedy tokens alone == "
-            f"batched: {alone == together}"
+            f"batched: {bool(row['same_tokens_alone_and_batched'])}"
         )
-        del engine
         torch.cuda.empty_cache()
     if args.json:
         Path(args.json).write_text(

@@ -50,6 +50,13 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     )
     parser.add_argument("--attention", default="auto", choices=("auto", "sdpa", "flashinfer"))
     parser.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="on a GPU with flashinfer attention, replay each decode step from a CUDA graph of its "
+        "batch size (default: on)",
+    )
+    parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: all cores but two)"
     )
     parser.add_argument(
@@ -200,6 +207,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 weights=args.weights,
                 kv_cache=args.kv_cache,
                 kernels=args.kernels,
+                cuda_graphs=args.cuda_graphs,
             ),
             limits=Limits(
                 max_message_bytes=args.max_message_bytes,

@@ -95,6 +95,7 @@ class EngineOptions:
     weights: str = "dense"  # dense, q4_1 or int8 (reference_server/engine/config.py)
     kv_cache: str = "dense"  # dense or int8 (reference_server/engine/config.py)
     kernels: str = "auto"  # auto, native or torch (reference_server/engine/native/)
+    cuda_graphs: bool = True  # decode steps on a GPU replay CUDA graphs (engine/cuda_graphs.py)
 
     def __post_init__(self) -> None:
         if self.kind not in ("model", "fake"):

@@ -42,6 +42,9 @@ class ModelEngineConfig:
     # compiler, bfloat16); torch: the torch model; auto: native where it runs
     kernels: str = "auto"
     context_length: int | None = None  # a shorter context window than the model's; None: the model's
+    # decode steps on a GPU with flashinfer attention replay one CUDA graph per batch size
+    # (engine/cuda_graphs.py); off: every step launches its kernels one by one
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         if self.device.split(":", 1)[0] not in DEVICES:

@@ -7,8 +7,10 @@ import logging
 import torch
 
 from reference_server.engine.attention import create_attention_backend, resolve_backend
+from reference_server.engine.attention.flashinfer import FlashInferBackend
 from reference_server.engine.batcher import Batcher, BatcherConfig, ScheduledChunk
 from reference_server.engine.config import ModelEngineConfig
+from reference_server.engine.cuda_graphs import DecodeGraphs
 from reference_server.engine.embedding import SentenceEmbedder
 from reference_server.engine.host_memory import keep_freed_memory, release_freed_memory
 from reference_server.engine.kv_manager import KVManager
@@ -90,16 +92,21 @@ class ModelEngine:
         self.attention = create_attention_backend(
             backend, pool, table, num_heads=mc.num_heads, num_kv_heads=mc.num_kv_heads, head_dim=mc.head_dim,
         )  # fmt: skip
-        self.runner = ModelRunner(self.model, table, self.attention, native)
+        graphs = None
+        if native is None and config.cuda_graphs and isinstance(self.attention, FlashInferBackend):
+            graphs = DecodeGraphs(self.model, self.attention, config.max_running_sequences)
+        self.runner = ModelRunner(self.model, table, self.attention, native, graphs)
         self.batcher = Batcher(BatcherConfig(config.max_batch_tokens, config.max_running_sequences), self.kv)
         self.embedder = SentenceEmbedder(device=self.device) if config.load_embedding_model else None
         self._rejected: list[SequenceOutput] = []
         self._stuck = False  # the last step could neither run nor admit anything
         log.info(
-            "model engine: %s on %s (%s, %s weights, %s KV), %s kernels, attention %s, %d KV slots, %d threads",
+            "model engine: %s on %s (%s, %s weights, %s KV), %s kernels, attention %s, %s, %d KV slots, "
+            "%d threads",
             config.source.model_id, self.device, self.dtype, config.weights, config.kv_cache,
             "native" if native else "torch",
-            "native" if native else self.attention.name, config.kv_tokens, torch.get_num_threads(),
+            "native" if native else self.attention.name,
+            "CUDA graphs for decode" if graphs else "no CUDA graphs", config.kv_tokens, torch.get_num_threads(),
         )  # fmt: skip
 
     # ── Engine protocol ─────────────────────────────────────────────────────────────────────

@@ -1,7 +1,8 @@
 """One forward pass for a scheduled batch: flatten the chunks, run the model, return logits.
 
 With a ``NativeModel`` (engine/native/) the whole step is one native call; otherwise the torch
-model runs it with the attention backend."""
+model runs it with the attention backend, or a CUDA graph of it replays a decode step
+(engine/cuda_graphs.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from reference_server.engine.attention import AttentionBackend, AttentionBatch, SeqSpan
 from reference_server.engine.batcher import ScheduledChunk
+from reference_server.engine.cuda_graphs import DecodeGraphs
 from reference_server.engine.kv_pool import SlotTable
 from reference_server.engine.native.model import NativeModel
 from reference_server.models.llama import LlamaModel
@@ -21,11 +23,13 @@ class ModelRunner:
         table: SlotTable,
         attention: AttentionBackend,
         native: NativeModel | None = None,
+        graphs: DecodeGraphs | None = None,
     ) -> None:
         self.model = model
         self.table = table
         self.attention = attention
         self.native = native
+        self.graphs = graphs
         self.device = table.rows.device
 
     def forward(self, chunks: list[ScheduledChunk], slots: torch.Tensor) -> torch.Tensor:
@@ -52,8 +56,14 @@ class ModelRunner:
         if self.native is not None:
             starts = [span.q_start for span in spans] + [len(token_ids)]
             return self.native.forward(token_ids, positions, starts, [s.row for s in spans], slots, last_rows)
-        self.attention.plan(AttentionBatch(spans, len(token_ids), new_slots))
-        hidden: torch.Tensor = self.model(torch.tensor(token_ids, device=device), position_t, self.attention)
+        batch = AttentionBatch(spans, len(token_ids), new_slots)
+        token_t = torch.tensor(token_ids, device=device)
+        hidden: torch.Tensor
+        if self.graphs is not None and self.graphs.runs(batch):
+            hidden = self.graphs.forward(token_t, position_t, batch)
+        else:
+            self.attention.plan(batch)
+            hidden = self.model(token_t, position_t, self.attention)
         if not last_rows:
             return hidden.new_empty((0, self.model.config.vocab_size), dtype=torch.float32)
         return self.model.compute_logits(hidden.index_select(0, torch.tensor(last_rows, device=device)))

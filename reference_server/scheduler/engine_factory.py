@@ -47,6 +47,7 @@ def create_engine(options: EngineOptions) -> Engine:
             weights=options.weights,
             kv_cache=options.kv_cache,
             kernels=options.kernels,
+            cuda_graphs=options.cuda_graphs,
             context_length=options.context_length,
             **_optional(
                 kv_tokens=options.kv_tokens,

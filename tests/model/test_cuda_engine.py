@@ -38,3 +38,27 @@ def test_generates_on_cuda(backend: str, tokenizer: TokenizerBundle) -> None:
     )
     assert "Paris" in tokenizer.decode(result.tokens[("france", 0)])
     assert result.tokens[("n", 0)] == result.tokens[("n", 1)] == result.tokens[("n", 2)]
+
+
+def test_cuda_graphs_replay_the_eager_steps(tokenizer: TokenizerBundle) -> None:
+    """Decode steps replayed from graphs give the tokens eager steps give: 3 sequences run in the
+    4-row graph (the padding row repeats the last one), then 1 in the 1-row graph."""
+    pytest.importorskip("flashinfer")
+    prompt = tokenizer.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
+
+    def generate(cuda_graphs: bool) -> tuple[ModelEngine, dict[tuple[str, int], list[int]]]:
+        engine = ModelEngine(
+            ModelEngineConfig(
+                device="cuda", attention_backend="flashinfer", kv_tokens=4096,
+                load_embedding_model=False, cuda_graphs=cuda_graphs,
+            )
+        )  # fmt: skip
+        others = [request(f"o{i}", prompt[: 12 + i], max_tokens=6) for i in range(2)]
+        return engine, run(engine, {0: [request("france", prompt, max_tokens=16), *others]}).tokens
+
+    graphed_engine, graphed = generate(True)
+    eager_engine, eager = generate(False)
+    assert graphed_engine.runner.graphs is not None and eager_engine.runner.graphs is None
+    assert graphed_engine.runner.graphs.captured_sizes == [1, 4]
+    assert graphed == eager
+    assert "Paris" in tokenizer.decode(graphed[("france", 0)])
