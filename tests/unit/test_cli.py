@@ -38,3 +38,8 @@ def test_the_kv_cache_format_reaches_the_engine_config() -> None:
     assert parse_args([]).engine.kv_cache == "dense"
     with pytest.raises(SystemExit):
         parse_args(["--kv-cache", "fp8"])
+
+
+def test_cuda_graphs_are_on_unless_turned_off() -> None:
+    assert parse_args([]).engine.cuda_graphs is True
+    assert parse_args(["--no-cuda-graphs"]).engine.cuda_graphs is False
