@@ -92,9 +92,7 @@ class ModelEngine:
         self.attention = create_attention_backend(
             backend, pool, table, num_heads=mc.num_heads, num_kv_heads=mc.num_kv_heads, head_dim=mc.head_dim,
         )  # fmt: skip
-        graphs = None
-        if native is None and config.cuda_graphs and isinstance(self.attention, FlashInferBackend):
-            graphs = DecodeGraphs(self.model, self.attention, config.max_running_sequences)
+        graphs = None if native is not None else self._decode_graphs(self.model)
         self.runner = ModelRunner(self.model, table, self.attention, native, graphs)
         self.batcher = Batcher(BatcherConfig(config.max_batch_tokens, config.max_running_sequences), self.kv)
         self.embedder = SentenceEmbedder(device=self.device) if config.load_embedding_model else None
@@ -249,6 +247,8 @@ class ModelEngine:
             model.prepack_weights(PREPACK_BATCH_HINT)
         self.model = self.runner.model = model
         self.runner.native = native
+        # a captured graph reads the tensors it was captured with: the old weights
+        self.runner.graphs = None if native is not None else self._decode_graphs(model)
         release_freed_memory()
         released = self.kv.retire_cache()
         in_flight = len(self.batcher.running) + len(self.batcher.waiting)
@@ -277,6 +277,12 @@ class ModelEngine:
         if reason is not None:
             log.info("the torch model runs the steps: %s", reason)
         return reason
+
+    def _decode_graphs(self, model: LlamaModel) -> DecodeGraphs | None:
+        """CUDA graphs for the torch model's decode steps, where they run (engine/cuda_graphs.py)."""
+        if not self.config.cuda_graphs or not isinstance(self.attention, FlashInferBackend):
+            return None
+        return DecodeGraphs(model, self.attention, self.config.max_running_sequences)
 
     def _native_model(
         self, model: LlamaModel, pool: KVPool, table: SlotTable, source: ModelSource | None = None

@@ -20,6 +20,8 @@ from reference_server.ipc import (
     SubmitRequest,
     TokenLogprob,
 )
+from reference_server.models.loader import load_weights
+from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle
 
 GREEDY = SamplingConfig(0.0, 1.0, 0, 0.0, 0.0, 0.0, 1.0, 0)
@@ -158,4 +160,32 @@ def write_tiny_checkpoint(folder: Path, tokenizer: TokenizerBundle) -> None:
     (folder / "config.json").write_text(
         json.dumps(TINY_CONFIG | {"vocab_size": vocab, "torch_dtype": "float32"})
     )
+    tokenizer.tokenizer.save(str(folder / "tokenizer.json"))
+
+
+def write_negated_checkpoint(folder: Path, tokenizer: TokenizerBundle) -> None:
+    """The embedded model's own weights with the final norm negated (every logit flips sign, so
+    greedy decoding picks other tokens), as a Hugging Face directory."""
+    source = resolve_model(None)
+    config, weights = load_weights(source)
+    weights["model.norm.weight"] = -weights["model.norm.weight"]
+    save_file(
+        {name: tensor.to(torch.bfloat16).contiguous() for name, tensor in weights.items()},
+        str(folder / "model.safetensors"),
+    )
+    hf_config = {
+        "model_type": "llama",
+        "num_hidden_layers": config.num_layers,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+        "rope_theta": config.rope_theta,
+        "rms_norm_eps": config.rms_norm_eps,
+        "vocab_size": config.vocab_size,
+        "max_position_embeddings": config.max_context_tokens,
+        "tie_word_embeddings": config.tie_embeddings,
+    }
+    (folder / "config.json").write_text(json.dumps(hf_config))
     tokenizer.tokenizer.save(str(folder / "tokenizer.json"))

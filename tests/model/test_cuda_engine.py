@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
-from engine_driver import request, run
+from engine_driver import request, run, write_negated_checkpoint
 
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.model_engine import ModelEngine
+from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle
 
 pytestmark = [
@@ -62,3 +65,26 @@ def test_cuda_graphs_replay_the_eager_steps(tokenizer: TokenizerBundle) -> None:
     assert graphed_engine.runner.graphs.captured_sizes == [1, 4]
     assert graphed == eager
     assert "Paris" in tokenizer.decode(graphed[("france", 0)])
+
+
+def test_cuda_graphs_follow_a_weight_update(tokenizer: TokenizerBundle, tmp_path: Path) -> None:
+    """A captured graph reads the weights it was captured with: after an update, the graphed
+    steps must give what an engine started on the new weights gives."""
+    pytest.importorskip("flashinfer")
+    write_negated_checkpoint(tmp_path, tokenizer)
+    prompt = tokenizer.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
+
+    def engine(source: str | None) -> ModelEngine:
+        return ModelEngine(
+            ModelEngineConfig(
+                source=resolve_model(source), device="cuda", attention_backend="flashinfer",
+                kv_tokens=4096, load_embedding_model=False,
+            )
+        )  # fmt: skip
+
+    updated = engine(None)
+    before = run(updated, {0: [request("a", prompt, max_tokens=8)]}).tokens[("a", 0)]
+    updated.update_weights(resolve_model(tmp_path))
+    after = run(updated, {0: [request("b", prompt, max_tokens=8)]}).tokens[("b", 0)]
+    fresh = run(engine(str(tmp_path)), {0: [request("c", prompt, max_tokens=8)]}).tokens[("c", 0)]
+    assert after == fresh != before

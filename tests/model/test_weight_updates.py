@@ -17,16 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from engine_driver import write_tiny_checkpoint
+from engine_driver import write_negated_checkpoint, write_tiny_checkpoint
 from grpclib import GRPCError, Status
 from grpclib.client import Channel
-from safetensors.torch import save_file
 
 from lmrpc._gen.sglang.runtime import v1 as rt
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import FinishReason, GenerateRequest, SamplingParams, StoppingCriteria
-from reference_server.models.loader import load_weights
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle
 from reference_server.testing import ServerProcess
@@ -45,32 +42,6 @@ def server() -> Iterator[ServerProcess]:
         engine="model", args=args, startup_timeout_s=300, env={"OMP_NUM_THREADS": "1"}
     ) as running:
         yield running
-
-
-def write_negated_checkpoint(folder: Path, tokenizer: TokenizerBundle) -> None:
-    source = resolve_model(None)
-    config, weights = load_weights(source)
-    weights["model.norm.weight"] = -weights["model.norm.weight"]
-    save_file(
-        {name: tensor.to(torch.bfloat16).contiguous() for name, tensor in weights.items()},
-        str(folder / "model.safetensors"),
-    )
-    hf_config = {
-        "model_type": "llama",
-        "num_hidden_layers": config.num_layers,
-        "hidden_size": config.hidden_size,
-        "intermediate_size": config.intermediate_size,
-        "num_attention_heads": config.num_heads,
-        "num_key_value_heads": config.num_kv_heads,
-        "head_dim": config.head_dim,
-        "rope_theta": config.rope_theta,
-        "rms_norm_eps": config.rms_norm_eps,
-        "vocab_size": config.vocab_size,
-        "max_position_embeddings": config.max_context_tokens,
-        "tie_word_embeddings": config.tie_embeddings,
-    }
-    (folder / "config.json").write_text(json.dumps(hf_config))
-    tokenizer.tokenizer.save(str(folder / "tokenizer.json"))
 
 
 def greedy(max_new_tokens: int, *, stream: bool = False) -> rt.TextGenerateRequest:
