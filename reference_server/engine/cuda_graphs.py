@@ -70,7 +70,8 @@ class DecodeGraphs:
     def forward(
         self, token_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch
     ) -> torch.Tensor:
-        """What ``LlamaModel.forward`` returns for this decode batch: hidden states [rows, hidden]."""
+        """What ``LlamaModel.forward`` returns for this decode batch: hidden states [rows, hidden],
+        in the graph's own output memory (valid until the next replay)."""
         rows = batch.num_tokens
         size = graph_batch_size(rows, self.max_rows)
         assert size is not None and rows == len(batch.spans)

@@ -5,7 +5,7 @@ layout with one token per page (``[num_pages, 1, KVH, D]``), so a sequence's pag
 exactly its slot list. Steps with a multi-token chunk use the prefill wrapper (causal mask
 aligned to the end of the keys, which is what chunked prefill needs); pure decode steps use
 the decode wrapper with tensor cores (any GQA group size). Both run FlashAttention-2's kernels,
-so one compiled module serves them, and a token's numbers do not depend on which one ran.
+so one module, compiled once on first use (flashinfer builds its kernels just in time), serves them.
 
 Decode steps replayed from CUDA graphs (engine/cuda_graphs.py) plan through ``plan_graphed``: one
 decode wrapper per captured batch size, whose metadata lives in fixed device buffers that the
@@ -23,7 +23,7 @@ from reference_server.engine.kv_pool import KVPool, SlotTable
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
 PAGE_SIZE = 1
-KERNELS = "fa2"
+KERNELS = "fa2"  # the prefill wrapper's; the tensor-core decode wrapper picks fa2 for bf16/fp16 itself
 
 
 def flashinfer_available() -> bool:
