@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from reference_server.engine.attention.base import AttentionBatch
+from reference_server.engine.attention.base import AttentionBatch, SeqSpan
 from reference_server.engine.kv_pool import KVPool, SlotTable
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
@@ -63,6 +63,23 @@ class FlashInferBackend:
         self._graph_pages: torch.Tensor | None = None  # every graphed wrapper's page list (one at a time)
         self._wrapper: Any = None
         self._batch: AttentionBatch | None = None
+        self._build_kernels()
+
+    def _build_kernels(self) -> None:
+        """Have flashinfer build (or load from its disk cache) its kernels now, while the server
+        starts, not in the first request's step: the first build takes about a minute. A
+        two-token prefill and a one-token decode run over slot 0 of layer 0, which nothing holds
+        yet and which the warm-up only writes zeros into, as the pool already holds."""
+        slots = torch.zeros(2, dtype=torch.int64, device=self.device)
+        for q_len in (2, 1):
+            self.plan(
+                AttentionBatch([SeqSpan(row=0, q_start=0, q_len=q_len, kv_len=q_len)], q_len, slots[:q_len])
+            )
+            q = torch.zeros((q_len, self.num_heads, self.head_dim), dtype=self.dtype, device=self.device)
+            kv = torch.zeros((q_len, self.num_kv_heads, self.head_dim), dtype=self.dtype, device=self.device)
+            self.forward(0, q, kv, kv)
+        torch.cuda.synchronize(self.device)
+        self._wrapper = self._batch = None
 
     def plan(self, batch: AttentionBatch) -> None:
         kv_indptr, kv_indices, last_page_len = self._pages(batch)
