@@ -10,7 +10,7 @@ grpclib allows (yielding to the loop after each message, as the reference server
 tokens/s is the ceiling. The reference server may merge deltas for a busy client (STREAM-9), so
 tokens/s is the fair comparison; messages/s is reported too.
 
-``--compare-without-dialect`` adds a third server, started with ``--no-vllm-dialect`` (no vLLM
+``--compare-without-dialect`` adds a third server, started with ``--no-vllm-engine`` (no vLLM
 dialect, no KV-cache events), to the same interleaved rounds: what serving smg's dialect costs
 lmrpc.v1 requests. The servers take turns going first, round by round.
 """
@@ -144,7 +144,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--compare-without-dialect", action="store_true",
-        help="also run a reference server with --no-vllm-dialect, side by side",
+        help="also run a reference server with --no-vllm-engine, side by side",
     )  # fmt: skip
     parser.add_argument("--bare-server", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -162,7 +162,7 @@ def main() -> None:
             targets = {"bare": bare_target}
             targets["lmrpc"] = stack.enter_context(ServerProcess(engine="fake", args=server_args)).target
             if args.compare_without_dialect:
-                without = ServerProcess(engine="fake", args=(*server_args, "--no-vllm-dialect"))
+                without = ServerProcess(engine="fake", args=(*server_args, "--no-vllm-engine"))
                 targets["no-dialect"] = stack.enter_context(without).target
             rows = []
             for concurrency in (int(c) for c in args.concurrency.split(",")):

@@ -148,7 +148,7 @@ def generate_calls(metrics_port: int) -> float:
 
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
         return sum_samples(
-            response.read().decode(), "lmrpc:grpc_requests_total", protocol="vllm", rpc="Generate"
+            response.read().decode(), "lmrpc:grpc_requests_total", protocol="vllm-engine", rpc="Generate"
         )
 
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KNOWN_FAILURES = ROOT / "tests" / "selftest" / "reference-known-failures.toml"
 LANE_ARGS = (  # the self-test lane's: long requests stay in flight, small queue and KV limits reachable
     "--fake-token-delay", "0.002", "--kv-tokens", "100000", "--max-waiting-requests", "64", "--abort-grace", "2",
-    "--sglang-port", "0", "--sglang-runtime-port", "0",
+    "--sglang-scheduler-port", "0", "--sglang-runtime-port", "0",
 )  # fmt: skip
 ASSUME = {  # what the reference promises that the engine protocols cannot advertise
     "lmrpc": (),
@@ -44,7 +44,7 @@ SPIN = "while True:\n    pass\n"
 
 def target(server: ServerProcess, protocol: str) -> str:
     if protocol == "sglang-scheduler":
-        return server.sglang_target
+        return server.sglang_scheduler_target
     if protocol == "sglang-runtime":
         return server.sglang_runtime_target
     return server.target  # lmrpc.v1 and the vLLM dialect share the main port

@@ -150,22 +150,29 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         "roles client, admin)",
     )
     parser.add_argument(
-        "--no-vllm-dialect",
+        "--no-vllm-engine",
+        "--no-vllm-dialect",  # the old name, still accepted
+        dest="no_vllm_engine",
         action="store_true",
-        help="serve lmrpc.v1 only, not also vllm.grpc.engine.VllmEngine (smg's vLLM worker protocol)",
+        help="serve lmrpc.v1 only, not also the vllm-engine protocol (vllm.grpc.engine.VllmEngine, smg's "
+        "vLLM worker protocol); --no-vllm-dialect is its old name",
     )
     parser.add_argument(
-        "--sglang-port",
+        "--sglang-scheduler-port",
+        "--sglang-port",  # the old name, still accepted
+        dest="sglang_scheduler_port",
         type=int,
         default=None,
-        help="also serve sglang.grpc.scheduler.SglangScheduler (smg's SGLang worker protocol) on this port "
-        "(0 picks a free one, written to --ready-file as 'sglang PORT' on the second line)",
+        help="also serve the sglang-scheduler protocol (sglang.grpc.scheduler.SglangScheduler, smg's SGLang "
+        "worker protocol) on this port (0 picks a free one, written to --ready-file as "
+        "'sglang-scheduler PORT'); --sglang-port is its old name",
     )
     parser.add_argument(
         "--sglang-runtime-port",
         type=int,
         default=None,
-        help="also serve sglang.runtime.v1.SglangService (SGLang's native gRPC server: generate, embed, "
+        help="also serve the sglang-runtime protocol (sglang.runtime.v1.SglangService, SGLang's native gRPC "
+        "server: generate, embed, "
         "OpenAI JSON pass-through, profiling, weight updates) on this port (0 picks a free one, written "
         "to --ready-file as 'sglang-runtime PORT')",
     )
@@ -203,7 +210,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                 attention_backend=args.attention,
                 embedding=not args.no_embedding,
                 num_threads=args.threads,
-                kv_events=not args.no_vllm_dialect or args.sglang_port is not None,  # for smg only
+                kv_events=not args.no_vllm_engine or args.sglang_scheduler_port is not None,  # for smg only
                 weights=args.weights,
                 kv_cache=args.kv_cache,
                 kernels=args.kernels,
@@ -225,8 +232,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
             tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
             auth_file=args.auth,
             max_worker_restarts=args.max_worker_restarts,
-            vllm_dialect=not args.no_vllm_dialect,
-            sglang_port=args.sglang_port,
+            vllm_engine=not args.no_vllm_engine,
+            sglang_scheduler_port=args.sglang_scheduler_port,
             sglang_runtime_port=args.sglang_runtime_port,
             metrics_port=args.metrics_port,
             otlp_endpoint=args.otlp_endpoint,

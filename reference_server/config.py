@@ -144,8 +144,10 @@ class ServerConfig:
     tls: TlsFiles | None = None  # None: plaintext HTTP/2
     auth_file: str | None = None  # None: no authentication (see frontend/edge/auth.py)
     max_worker_restarts: int = 3  # consecutive restarts after a worker dies; 0: exit instead
-    vllm_dialect: bool = True  # also serve vllm.grpc.engine.VllmEngine (smg's vLLM worker protocol)
-    sglang_port: int | None = None  # serve sglang.grpc.scheduler.SglangScheduler here (0: a free one)
+    vllm_engine: bool = True  # also serve vllm.grpc.engine.VllmEngine (smg's vLLM worker protocol)
+    sglang_scheduler_port: int | None = (
+        None  # serve sglang.grpc.scheduler.SglangScheduler here (0: a free one)
+    )
     sglang_runtime_port: int | None = None  # serve sglang.runtime.v1.SglangService here (0: a free one)
     metrics_port: int | None = None  # Prometheus metrics over HTTP on this port (0: a free one)
     otlp_endpoint: str | None = None  # export OTLP/HTTP spans of each request there (TRACE-1)
@@ -157,16 +159,18 @@ class ServerConfig:
             raise ValueError(f"max_worker_restarts={self.max_worker_restarts} must be >= 0")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port={self.metrics_port} must be in [0, 65535]")
-        if self.sglang_port is not None and not 0 <= self.sglang_port <= 65535:
-            raise ValueError(f"sglang_port={self.sglang_port} must be in [0, 65535]")
-        if self.sglang_port and self.sglang_port == self.port:
-            raise ValueError(f"sglang_port={self.sglang_port} must differ from port={self.port}")
+        if self.sglang_scheduler_port is not None and not 0 <= self.sglang_scheduler_port <= 65535:
+            raise ValueError(f"sglang_scheduler_port={self.sglang_scheduler_port} must be in [0, 65535]")
+        if self.sglang_scheduler_port and self.sglang_scheduler_port == self.port:
+            raise ValueError(
+                f"sglang_scheduler_port={self.sglang_scheduler_port} must differ from port={self.port}"
+            )
         if self.sglang_runtime_port is not None and not 0 <= self.sglang_runtime_port <= 65535:
             raise ValueError(f"sglang_runtime_port={self.sglang_runtime_port} must be in [0, 65535]")
-        if self.sglang_runtime_port and self.sglang_runtime_port in (self.port, self.sglang_port):
+        if self.sglang_runtime_port and self.sglang_runtime_port in (self.port, self.sglang_scheduler_port):
             raise ValueError(
                 f"sglang_runtime_port={self.sglang_runtime_port} must differ from port={self.port} "
-                f"and sglang_port={self.sglang_port}"
+                f"and sglang_scheduler_port={self.sglang_scheduler_port}"
             )
         if self.startup_timeout_s <= 0 or self.drain_timeout_s < 0:
             raise ValueError("startup_timeout_s must be > 0 and drain_timeout_s >= 0")

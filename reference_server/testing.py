@@ -42,7 +42,9 @@ class ServerProcess:
         self.startup_timeout_s = startup_timeout_s
         self.env = env
         self.port = 0
-        self.sglang_port = 0  # with --sglang-port: the port of the SGLang scheduler protocol
+        self.sglang_scheduler_port = (
+            0  # with --sglang-scheduler-port: the port of the SGLang scheduler protocol
+        )
         self.sglang_runtime_port = 0  # with --sglang-runtime-port: SGLang's native gRPC service
         self.process: subprocess.Popen[bytes] | None = None
         self._folder = Path(tempfile.mkdtemp(prefix="lmrpc-test-"))
@@ -54,8 +56,8 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     @property
-    def sglang_target(self) -> str:
-        return f"127.0.0.1:{self.sglang_port}"
+    def sglang_scheduler_target(self) -> str:
+        return f"127.0.0.1:{self.sglang_scheduler_port}"
 
     @property
     def sglang_runtime_target(self) -> str:
@@ -86,8 +88,8 @@ class ServerProcess:
         self.port = int(first)
         for line in more:
             name, _, port = line.partition(" ")
-            if name == "sglang":
-                self.sglang_port = int(port)
+            if name == "sglang-scheduler":
+                self.sglang_scheduler_port = int(port)
             elif name == "sglang-runtime":
                 self.sglang_runtime_port = int(port)
         return self

@@ -9,9 +9,9 @@ from __future__ import annotations
 from conformance.drivers.base import PROTOCOLS, Discovered, Driver
 from conformance.drivers.engine import EngineDriver, Promises
 from conformance.drivers.lmrpc import LmrpcDriver
-from conformance.drivers.sglang import SglangDriver
 from conformance.drivers.sglang_runtime import SglangRuntimeDriver
-from conformance.drivers.vllm import VllmDriver
+from conformance.drivers.sglang_scheduler import SglangSchedulerDriver
+from conformance.drivers.vllm_engine import VllmEngineDriver
 
 __all__ = [
     "PROTOCOLS",
@@ -20,9 +20,9 @@ __all__ = [
     "EngineDriver",
     "LmrpcDriver",
     "Promises",
-    "SglangDriver",
     "SglangRuntimeDriver",
-    "VllmDriver",
+    "SglangSchedulerDriver",
+    "VllmEngineDriver",
     "make_driver",
 ]
 
@@ -37,9 +37,9 @@ def make_driver(protocol: str, promises: Promises | None = None) -> Driver:
             )
         return LmrpcDriver()
     if protocol == "vllm-engine":
-        return VllmDriver(promises or Promises())
+        return VllmEngineDriver(promises or Promises())
     if protocol == "sglang-scheduler":
-        return SglangDriver(promises or Promises())
+        return SglangSchedulerDriver(promises or Promises())
     if protocol == "sglang-runtime":
         return SglangRuntimeDriver(promises or Promises())
     raise ValueError(f"protocol={protocol!r} must be one of {', '.join(PROTOCOLS)} (or auto)")

@@ -28,16 +28,16 @@ from grpclib.reflection.v1alpha import reflection_grpc as refl_v1alpha
 from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
 from h2.exceptions import H2Error
 
-from conformance.drivers.sglang import SglangDriver
 from conformance.drivers.sglang_runtime import SglangRuntimeDriver
-from conformance.drivers.vllm import VllmDriver
+from conformance.drivers.sglang_scheduler import SglangSchedulerDriver
+from conformance.drivers.vllm_engine import VllmEngineDriver
 from lmrpc._gen.sglang.runtime import v1 as rt
 from lmrpc.v1 import ControlServiceStub, GetServerInfoRequest
 
 SERVICES = {
     "lmrpc": "lmrpc.v1.ControlService",
-    "sglang-scheduler": SglangDriver.service,
-    "vllm-engine": VllmDriver.service,
+    "sglang-scheduler": SglangSchedulerDriver.service,
+    "vllm-engine": VllmEngineDriver.service,
     "sglang-runtime": SglangRuntimeDriver.service,
 }
 ORDER = ("lmrpc", "sglang-scheduler", "vllm-engine", "sglang-runtime")
@@ -80,7 +80,7 @@ async def answers(channel: Channel, protocol: str, timeout_s: float) -> bool:
             runtime = SglangRuntimeDriver().stub(channel)
             await runtime.health_check(rt.HealthCheckRequest(), timeout=timeout_s)
         else:
-            driver = SglangDriver() if protocol == "sglang-scheduler" else VllmDriver()
+            driver = SglangSchedulerDriver() if protocol == "sglang-scheduler" else VllmEngineDriver()
             await driver.stub(channel).health_check(driver.health_request(), timeout=timeout_s)
     except GRPCError as exc:
         return protocol == "lmrpc" and exc.status is not Status.UNIMPLEMENTED

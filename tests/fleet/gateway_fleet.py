@@ -38,7 +38,7 @@ class Replica:
         return sum_samples(self.metrics(), name, **labels)
 
     def generate_calls(self) -> float:
-        return self.metric("lmrpc:grpc_requests_total", protocol="vllm", rpc="Generate")
+        return self.metric("lmrpc:grpc_requests_total", protocol="vllm-engine", rpc="Generate")
 
     def load(self) -> Load:
         async def query() -> Load:

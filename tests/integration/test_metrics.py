@@ -75,9 +75,11 @@ def test_metrics_count_requests_latencies_cache_and_cancels() -> None:
         return sum_samples(text, name, **labels)
 
     assert value("lmrpc:grpc_requests_total", protocol="lmrpc", rpc="Generate", code="OK") == 1
-    assert value("lmrpc:grpc_requests_total", protocol="vllm", rpc="Generate", code="OK") == 1
-    assert value("lmrpc:grpc_requests_total", protocol="vllm", rpc="Generate", code="UNIMPLEMENTED") == 1
-    assert value("lmrpc:grpc_requests_total", protocol="vllm", rpc="Generate", code="CANCELLED") == 1
+    assert value("lmrpc:grpc_requests_total", protocol="vllm-engine", rpc="Generate", code="OK") == 1
+    assert (
+        value("lmrpc:grpc_requests_total", protocol="vllm-engine", rpc="Generate", code="UNIMPLEMENTED") == 1
+    )
+    assert value("lmrpc:grpc_requests_total", protocol="vllm-engine", rpc="Generate", code="CANCELLED") == 1
     assert value("lmrpc:grpc_requests_total", protocol="lmrpc", rpc="GetLoad", code="OK") >= 1
     assert value("lmrpc:time_to_first_token_seconds_count") == 3  # the refused one never started
     assert value("lmrpc:time_to_first_token_seconds_bucket", le="+Inf") == 3

@@ -1,5 +1,5 @@
 """The harness through its engine-protocol drivers: against the reference server's vLLM dialect
-(main port), SGLang scheduler protocol (``--sglang-port``) and SGLang's native service
+(main port), SGLang scheduler protocol (``--sglang-scheduler-port``) and SGLang's native service
 (``--sglang-runtime-port``) it must pass with 0 failures, with ``--protocol auto`` picking each
 port's protocol; against every mutant of each protocol's zoo
 (tests/selftest/protocols/) it must fail the mutant's declared cases (exactly those, among all
@@ -24,7 +24,7 @@ from reference_server.testing import ServerProcess
 from .lanes import Outcome, _cases, run_harness, triggered
 from .protocols.engine_proxy import EngineProxy, RuntimeProxy
 from .protocols.lanes import EngineLane, server_target
-from .protocols.runtime_openai_faults import RUNTIME_OPENAI_MUTANTS
+from .protocols.sglang_runtime_openai_faults import SGLANG_RUNTIME_OPENAI_MUTANTS
 from .protocols.zoo import REFERENCE, ZOOS
 
 TIME_SCALE = float(os.environ.get("LMRPC_SELFTEST_TIME_SCALE", "0.5"))
@@ -155,7 +155,9 @@ def test_the_openai_api_through_sglangs_native_service(lanes: list[EngineLane]) 
     REPORTS.mkdir(parents=True, exist_ok=True)
     lane = lanes[0]
     runs: list[tuple[str, str, type[EngineProxy] | None]] = [("direct", lane.server_target(RUNTIME), None)]
-    runs += [(m.name, lane.target(RUNTIME, m.name), m) for m in (RuntimeProxy, *RUNTIME_OPENAI_MUTANTS)]
+    runs += [
+        (m.name, lane.target(RUNTIME, m.name), m) for m in (RuntimeProxy, *SGLANG_RUNTIME_OPENAI_MUTANTS)
+    ]
     for name, target, mutant in runs:
         lane.reset()
         outcome = run_harness(
@@ -177,7 +179,7 @@ def test_the_default_fake_engine_passes_in_every_grpc_protocol() -> None:
     otlp_port = free_port()
     tracing = ("--otlp-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces")
     with ServerProcess(
-        engine="fake", args=("--sglang-port", "0", "--sglang-runtime-port", "0", *tracing)
+        engine="fake", args=("--sglang-scheduler-port", "0", "--sglang-runtime-port", "0", *tracing)
     ) as server:
         for protocol in ("lmrpc", *ZOOS):
             target = server_target(server, protocol)

@@ -34,13 +34,13 @@ def run_supervised(name: str, protocol: str, state: Path) -> tuple[Outcome, list
     """The reference (``name="reference"``) or a lifecycle mutant under the supervisor; the hook
     cases run against it in ``protocol``. Returns the harness's outcome and the server processes'
     exit statuses."""
-    port, sglang_port = free_port(), free_port()
+    port, sglang_scheduler_port = free_port(), free_port()
     server = (
         *(sys.executable, "-m", "tests.selftest.lifecycle_mutants", name),
         *("--engine", "fake", "--port", str(port), "--fake-token-delay", TOKEN_DELAY_S),
-        *("--drain-timeout", DRAIN_TIMEOUT_S, "--sglang-port", str(sglang_port)),
+        *("--drain-timeout", DRAIN_TIMEOUT_S, "--sglang-scheduler-port", str(sglang_scheduler_port)),
     )
-    target = f"127.0.0.1:{sglang_port if protocol == 'sglang-scheduler' else port}"
+    target = f"127.0.0.1:{sglang_scheduler_port if protocol == 'sglang-scheduler' else port}"
     state.mkdir(parents=True)
     supervisor = subprocess.Popen(
         [sys.executable, str(ROOT / "tests/selftest/supervisor.py"), str(state), "--", *server],

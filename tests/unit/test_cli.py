@@ -43,3 +43,19 @@ def test_the_kv_cache_format_reaches_the_engine_config() -> None:
 def test_cuda_graphs_are_on_unless_turned_off() -> None:
     assert parse_args([]).engine.cuda_graphs is True
     assert parse_args(["--no-cuda-graphs"]).engine.cuda_graphs is False
+
+
+@pytest.mark.parametrize(
+    ("flags", "scheduler_port", "vllm_engine"),
+    [
+        (["--sglang-scheduler-port", "7001", "--no-vllm-engine"], 7001, False),
+        (["--sglang-port", "7001", "--no-vllm-dialect"], 7001, False),  # the old names
+        ([], None, True),
+    ],
+)
+def test_each_protocol_flag_takes_its_harness_id_and_old_names_still_work(
+    flags: list[str], scheduler_port: int | None, vllm_engine: bool
+) -> None:
+    config = parse_args(flags)
+    assert config.sglang_scheduler_port == scheduler_port
+    assert config.vllm_engine is vllm_engine

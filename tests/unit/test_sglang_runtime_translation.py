@@ -1,4 +1,4 @@
-"""The SGLang runtime dialect's request and response translation (docs/sglang-runtime-dialect.md)."""
+"""The SGLang runtime dialect's request and response translation (docs/protocols/sglang-runtime.md)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from reference_server.frontend.requests import FlowHooks, RequestState, RequestT
 
 PROTOCOLS = {
     "lmrpc.v1": "lmrpc",
-    "vllm.grpc.engine": "vllm",
-    "sglang.grpc.scheduler": "sglang",
+    "vllm.grpc.engine": "vllm-engine",
+    "sglang.grpc.scheduler": "sglang-scheduler",
     "sglang.runtime.v1": "sglang-runtime",
     "grpc.health.v1": "health",
     "grpc.reflection.v1": "reflection",
@@ -54,7 +54,7 @@ class ObservedRequestTable(RequestTable):
 
 
 def protocol_and_rpc(path: str) -> tuple[str, str]:
-    """``/vllm.grpc.engine.VllmEngine/Generate`` -> ``("vllm", "Generate")``."""
+    """``/vllm.grpc.engine.VllmEngine/Generate`` -> ``("vllm-engine", "Generate")``."""
     service, _, rpc = path.lstrip("/").partition("/")
     package = service.rpartition(".")[0]
     return PROTOCOLS.get(package, package or "unknown"), rpc

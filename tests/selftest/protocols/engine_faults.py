@@ -1,7 +1,7 @@
 """One-fault behaviours for an engine-protocol proxy, each modelled on a bug users met in these
 protocols (notes/protocols.md section 4). Both protocols answer Generate with ``chunk`` and
 ``complete`` messages of the same field names, so a behaviour works on either;
-``vllm_faults.py`` and ``sglang_faults.py`` declare the mutants (name, fault, the cases that must
+``vllm_engine_faults.py`` and ``sglang_scheduler_faults.py`` declare the mutants (name, fault, the cases that must
 fail) per protocol."""
 
 from __future__ import annotations

@@ -248,7 +248,7 @@ async def _closable(events: AsyncIterator[Any]) -> AsyncGenerator[Any]:
         yield event
 
 
-class VllmProxy(EngineProxy):
+class VllmEngineProxy(EngineProxy):
     protocol = "vllm-engine"
     module = vllm
     base = vllm.VllmEngineBase
@@ -264,7 +264,7 @@ class VllmProxy(EngineProxy):
         return request
 
 
-class SglangProxy(EngineProxy):
+class SglangSchedulerProxy(EngineProxy):
     protocol = "sglang-scheduler"
     module = sglang
     base = sglang.SglangSchedulerBase

@@ -1,5 +1,5 @@
 """Lanes for the engine-protocol self-test: one reference server (fake engine) serving lmrpc.v1 and
-the vLLM dialect on its main port, SGLang's scheduler protocol on ``--sglang-port`` and SGLang's native
+the vLLM dialect on its main port, SGLang's scheduler protocol on ``--sglang-scheduler-port`` and SGLang's native
 service on ``--sglang-runtime-port``, with a zoo of each engine protocol's mutants in front of the
 matching port. Mutants that share a lane run one after
 another (load-watching cases need a quiet server); lanes run side by side."""
@@ -20,7 +20,7 @@ SERVER_ARGS = (
     "--kv-tokens", KV_TOKENS,
     "--max-waiting-requests", MAX_WAITING,
     "--abort-grace", ABORT_GRACE_S,
-    "--sglang-port", "0",
+    "--sglang-scheduler-port", "0",
     "--sglang-runtime-port", "0",
 )  # fmt: skip
 
@@ -31,7 +31,7 @@ PROTOCOLS = ("vllm-engine", "sglang-scheduler", "sglang-runtime")  # each with a
 def server_target(server: ServerProcess, protocol: str) -> str:
     """The reference server's port for ``protocol`` (the main port serves lmrpc.v1 and the vLLM dialect)."""
     return {
-        "sglang-scheduler": server.sglang_target,
+        "sglang-scheduler": server.sglang_scheduler_target,
         "sglang-runtime": server.sglang_runtime_target,
     }.get(protocol, server.target)
 

@@ -16,20 +16,20 @@ import signal
 
 from grpclib.server import Server
 
-from .engine_proxy import EngineProxy, RuntimeProxy, SglangProxy, VllmProxy, make_server
-from .runtime_faults import RUNTIME_MUTANTS
-from .runtime_openai_faults import RUNTIME_OPENAI_MUTANTS
-from .sglang_faults import SGLANG_MUTANTS
-from .vllm_faults import VLLM_MUTANTS
+from .engine_proxy import EngineProxy, RuntimeProxy, SglangSchedulerProxy, VllmEngineProxy, make_server
+from .sglang_runtime_faults import SGLANG_RUNTIME_MUTANTS
+from .sglang_runtime_openai_faults import SGLANG_RUNTIME_OPENAI_MUTANTS
+from .sglang_scheduler_faults import SGLANG_SCHEDULER_MUTANTS
+from .vllm_engine_faults import VLLM_ENGINE_MUTANTS
 
 REFERENCE = "reference-proxy"
 ZOOS: dict[str, tuple[type[EngineProxy], tuple[type[EngineProxy], ...]]] = {
-    "vllm-engine": (VllmProxy, VLLM_MUTANTS),
-    "sglang-scheduler": (SglangProxy, SGLANG_MUTANTS),
-    "sglang-runtime": (RuntimeProxy, RUNTIME_MUTANTS),
+    "vllm-engine": (VllmEngineProxy, VLLM_ENGINE_MUTANTS),
+    "sglang-scheduler": (SglangSchedulerProxy, SGLANG_SCHEDULER_MUTANTS),
+    "sglang-runtime": (RuntimeProxy, SGLANG_RUNTIME_MUTANTS),
 }
 SERVED_BESIDE: dict[str, tuple[type[EngineProxy], ...]] = {  # judged by another profile's test
-    "sglang-runtime": RUNTIME_OPENAI_MUTANTS,  # the OpenAI pass-through: --target sglang-runtime://
+    "sglang-runtime": SGLANG_RUNTIME_OPENAI_MUTANTS,  # the OpenAI pass-through: --target sglang-runtime://
 }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from conformance.drivers import Promises, SglangDriver, VllmDriver, make_driver
+from conformance.drivers import Promises, SglangSchedulerDriver, VllmEngineDriver, make_driver
 from conformance.drivers.bundle import Bundle
 from conformance.drivers.normalize import Normalizer
 from conformance.harness.target import TargetInfo
@@ -210,7 +210,7 @@ def test_a_response_with_neither_member_is_the_removed_in_band_error() -> None:
     assert [f.clause for f in findings] == ["ERR-2"]
 
 
-class _Tokenizerless(VllmDriver):
+class _Tokenizerless(VllmEngineDriver):
     def tokenize(self, text: str) -> list[int]:
         return [ord(c) % 50 for c in text]
 
@@ -243,13 +243,13 @@ def test_vllm_requests_carry_what_the_dialect_reads_back() -> None:
     assert read_back.response.return_logprobs and read_back.response.top_logprobs == 2
 
 
-class _SglangTokenizerless(SglangDriver):
+class _SglangSchedulerTokenizerless(SglangSchedulerDriver):
     def tokenize(self, text: str) -> list[int]:
         return [ord(c) % 50 for c in text]
 
 
 def test_sglang_requests_send_every_value_and_no_seed() -> None:
-    driver = _SglangTokenizerless()
+    driver = _SglangSchedulerTokenizerless()
     driver.model = ModelInfo(
         defaults=EffectiveDefaults(temperature=0.7, top_p=0.9, top_k=0, repetition_penalty=1.0)
     )
@@ -276,7 +276,7 @@ def test_sglang_requests_send_every_value_and_no_seed() -> None:
 
 def test_promises_are_checked() -> None:
     with pytest.raises(ValueError, match="no seed field"):
-        SglangDriver(Promises(seeded_sampling=True))
+        SglangSchedulerDriver(Promises(seeded_sampling=True))
     with pytest.raises(ValueError, match="choices"):
         Promises.parse(["deterministic"])
     with pytest.raises(ValueError, match="advertises"):

@@ -4,7 +4,7 @@ SGLang's gRPC server encodes every value of the tokenizer manager's ``meta_info`
 ("so clients can recover numbers, booleans, arrays, and objects losslessly"), strings included:
 ``prompt_tokens`` is ``"12"``, ``id`` is ``"\\"req-1\\""``, ``finish_reason`` is ``"null"`` until
 the output ends and then an object such as ``{"type": "stop", "matched": 2}``. This module builds
-the same keys with the same JSON types; ``docs/sglang-runtime-dialect.md`` lists them.
+the same keys with the same JSON types; ``docs/protocols/sglang-runtime.md`` lists them.
 """
 
 from __future__ import annotations

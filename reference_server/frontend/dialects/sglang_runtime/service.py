@@ -3,7 +3,7 @@ process, served by the reference frontend on a port of its own (``--sglang-runti
 
 A translation layer like the other dialects (``dialects/base/``): generation goes through
 lmrpc.v1's Generate, embeddings through its Embed, the rest through its ControlService, and the
-profiler and weight updates through the frontend's engine administration. ``docs/sglang-runtime-dialect.md`` maps
+profiler and weight updates through the frontend's engine administration. ``docs/protocols/sglang-runtime.md`` maps
 every RPC and field, and says what the protocol cannot express.
 """
 

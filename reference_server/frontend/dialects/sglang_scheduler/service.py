@@ -1,10 +1,10 @@
 """``sglang.grpc.scheduler.SglangScheduler``: the worker protocol that smg speaks to SGLang,
-served by the reference frontend on its own port (``--sglang-port``).
+served by the reference frontend on its own port (``--sglang-scheduler-port``).
 
 Its own port because smg detects a worker's protocol by which engine's ``HealthCheck`` answers,
 trying SGLang's first (``detect_backend.rs``): a port answering both SGLang and vLLM would be
 taken for SGLang. Like the vLLM dialect it is a thin translation layer onto the in-process
-lmrpc services (``dialects/base/``); ``docs/sglang-dialect.md`` maps every field and says what
+lmrpc services (``dialects/base/``); ``docs/protocols/sglang-scheduler.md`` maps every field and says what
 the protocol cannot express.
 """
 
@@ -88,15 +88,15 @@ class SglangSchedulerService(
 
 
 def _own_port(config: ServerConfig) -> int | None:
-    return config.sglang_port
+    return config.sglang_scheduler_port
 
 
 def _enabled(config: ServerConfig) -> bool:
-    return config.sglang_port is not None
+    return config.sglang_scheduler_port is not None
 
 
 SGLANG_SCHEDULER = Dialect(
-    name="sglang",
+    name="sglang-scheduler",
     grpc_service=SERVICE,
     service=SglangSchedulerService,
     admin_rpcs=("FlushCache", "StartProfile", "StopProfile", "LoadLoRAAdapter", "UnloadLoRAAdapter"),

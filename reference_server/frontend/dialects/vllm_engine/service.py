@@ -1,9 +1,9 @@
 """``vllm.grpc.engine.VllmEngine``: the worker protocol that smg speaks to vLLM, served by the
-reference frontend next to lmrpc.v1, on the same port (unless ``--no-vllm-dialect``).
+reference frontend next to lmrpc.v1, on the same port (unless ``--no-vllm-engine``).
 
 A thin translation layer, not a second server: every RPC is turned into the lmrpc.v1 request
 and answered by the in-process lmrpc services (``dialects/base/``), so one engine, one request
-table and one set of limits and checks serve every protocol. ``docs/vllm-dialect.md`` maps every
+table and one set of limits and checks serve every protocol. ``docs/protocols/vllm-engine.md`` maps every
 field.
 """
 
@@ -57,11 +57,11 @@ class VllmEngineService(SmgEngineDialect[vllm.GenerateRequest, vllm.GenerateResp
 
 
 def _enabled(config: ServerConfig) -> bool:
-    return config.vllm_dialect
+    return config.vllm_engine
 
 
 VLLM_ENGINE = Dialect(
-    name="vllm",
+    name="vllm-engine",
     grpc_service=SERVICE,
     service=VllmEngineService,
     admin_rpcs=("FlushCache", "StartProfile", "StopProfile"),

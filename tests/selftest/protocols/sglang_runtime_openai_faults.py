@@ -106,4 +106,4 @@ class UsageOffByOne(RuntimeProxy):
             yield message
 
 
-RUNTIME_OPENAI_MUTANTS: tuple[type[RuntimeProxy], ...] = (TailLost, ModelIgnored, UsageOffByOne)
+SGLANG_RUNTIME_OPENAI_MUTANTS: tuple[type[RuntimeProxy], ...] = (TailLost, ModelIgnored, UsageOffByOne)

@@ -529,7 +529,7 @@ class LastIdsInFinished(RuntimeProxy):
             yield response
 
 
-RUNTIME_MUTANTS: tuple[type[RuntimeProxy], ...] = (
+SGLANG_RUNTIME_MUTANTS: tuple[type[RuntimeProxy], ...] = (
     DeltaIds,
     DeltaText,
     DeclaresIncremental,

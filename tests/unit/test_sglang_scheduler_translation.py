@@ -1,4 +1,4 @@
-"""The SGLang dialect's request and response translation, field by field (docs/sglang-dialect.md)."""
+"""The SGLang dialect's request and response translation, field by field (docs/protocols/sglang-scheduler.md)."""
 
 from __future__ import annotations
 

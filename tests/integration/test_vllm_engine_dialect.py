@@ -376,7 +376,7 @@ def test_lmrpc_is_still_served_on_the_same_port(fake_server: ServerProcess) -> N
 
 
 def test_no_vllm_dialect_serves_lmrpc_alone() -> None:
-    with ServerProcess(engine="fake", args=("--no-vllm-dialect",)) as server:
+    with ServerProcess(engine="fake", args=("--no-vllm-engine",)) as server:
 
         async def body(stub: Any) -> None:
             with pytest.raises(grpc.aio.AioRpcError) as refused:

@@ -1,4 +1,4 @@
-"""The vLLM dialect's request and response translation, field by field (docs/vllm-dialect.md)."""
+"""The vLLM dialect's request and response translation, field by field (docs/protocols/vllm-engine.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The SGLang scheduler protocol (sglang.grpc.scheduler.SglangScheduler) on its own port
-(``--sglang-port``), driven by the official stubs of the pinned smg-grpc-proto package over grpcio
+(``--sglang-scheduler-port``), driven by the official stubs of the pinned smg-grpc-proto package over grpcio
 (an independent client)."""
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ SERVICE = "sglang.grpc.scheduler.SglangScheduler"
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
-    with ServerProcess(engine="fake", args=("--sglang-port", "0", "--fake-token-delay", "0.01")) as running:
+    with ServerProcess(
+        engine="fake", args=("--sglang-scheduler-port", "0", "--fake-token-delay", "0.01")
+    ) as running:
         yield running
 
 
@@ -82,7 +84,7 @@ def test_detection_health_and_reflection(server: ServerProcess) -> None:
     async def body(stub: Any) -> None:
         health = await stub.HealthCheck(pb.HealthCheckRequest())
         assert health.healthy and health.message == "serving"
-        async with grpc.aio.insecure_channel(server.sglang_target) as channel:
+        async with grpc.aio.insecure_channel(server.sglang_scheduler_target) as channel:
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await vllm_engine_pb2_grpc.VllmEngineStub(channel).HealthCheck(
                     vllm_engine_pb2.HealthCheckRequest()
@@ -97,12 +99,12 @@ def test_detection_health_and_reflection(server: ServerProcess) -> None:
             for name in ("", SERVICE):
                 reply = await check(HealthCheckRequest(service=name))
                 assert reply.status == HealthCheckResponse.SERVING
-        async with LmrpcClient.connect(server.sglang_target) as client:
+        async with LmrpcClient.connect(server.sglang_scheduler_target) as client:
             with pytest.raises(GRPCError) as lmrpc:
                 await client.control.get_load(GetLoadRequest())
             assert lmrpc.value.status is Status.UNIMPLEMENTED
 
-    run(server.sglang_target, body)
+    run(server.sglang_scheduler_target, body)
 
 
 def test_model_server_and_load_info(server: ServerProcess, tokenizer: TokenizerBundle) -> None:
@@ -113,7 +115,7 @@ def test_model_server_and_load_info(server: ServerProcess, tokenizer: TokenizerB
             await stub.GetLoads(pb.GetLoadsRequest(include=["core", "disagg", "queues", "memory"])),
         )
 
-    model, info, loads = run(server.sglang_target, body)
+    model, info, loads = run(server.sglang_scheduler_target, body)
     assert model.served_model_name == model.model_path == "fake-SmolLM2-135M-Instruct"
     assert model.is_generation and model.vocab_size == tokenizer.vocab_size
     assert list(model.eos_token_ids) == list(tokenizer.eos_token_ids) and model.pad_token_id == -1
@@ -134,7 +136,7 @@ def test_the_tokenizer_bundle_is_the_vllm_ports(server: ServerProcess) -> None:
 
     async def both() -> tuple[tuple[bytes, str], tuple[bytes, str]]:
         return (
-            await bundle(server.sglang_target, sglang_scheduler_pb2_grpc.SglangSchedulerStub),
+            await bundle(server.sglang_scheduler_target, sglang_scheduler_pb2_grpc.SglangSchedulerStub),
             await bundle(server.target, vllm_engine_pb2_grpc.VllmEngineStub),
         )
 
@@ -161,7 +163,7 @@ def test_chunks_carry_delta_ids_and_cumulative_counts(server: ServerProcess) -> 
         final = await responses(stub, generate_request("f-1", ids, stream=False, **args))
         return streamed, final
 
-    streamed, final = run(server.sglang_target, body)
+    streamed, final = run(server.sglang_scheduler_target, body)
     assert {r.request_id for r in streamed} == {"s-1"} and {r.request_id for r in final} == {"f-1"}
     for index in (0, 1):
         chunks = [r.chunk for r in streamed if r.HasField("chunk") and r.chunk.index == index]
@@ -207,7 +209,7 @@ def test_values_are_taken_as_sent(server: ServerProcess) -> None:
         )
         return sent[-1].complete, top_p.value, top_k.value, defaults
 
-    complete, top_p, top_k, defaults = run(server.sglang_target, body)
+    complete, top_p, top_k, defaults = run(server.sglang_scheduler_target, body)
     assert [list(complete.output_ids)] == greedy
     assert top_p.code() == grpc.StatusCode.INVALID_ARGUMENT and "top_p=0" in (top_p.details() or "")
     assert top_k.code() == grpc.StatusCode.INVALID_ARGUMENT and "top_k=-2" in (top_k.details() or "")
@@ -253,7 +255,7 @@ def test_unsupported_options_are_unimplemented(
         assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
         assert field in (refused.value.details() or "")
 
-    run(server.sglang_target, body)
+    run(server.sglang_scheduler_target, body)
 
 
 def test_abort_covers_every_output_and_frees_the_engine(server: ServerProcess) -> None:
@@ -268,14 +270,14 @@ def test_abort_covers_every_output_and_frees_the_engine(server: ServerProcess) -
         unknown = await stub.Abort(pb.AbortRequest(request_id="never-seen", reason="test"))
         return received, aborted, unknown
 
-    received, aborted, unknown = run(server.sglang_target, body)
+    received, aborted, unknown = run(server.sglang_scheduler_target, body)
     assert aborted.success and not unknown.success
     completes = [r.complete for r in received if r.HasField("complete")]
     assert sorted(c.index for c in completes) == [0, 1, 2]
     assert all(c.finish_reason == "abort" and c.completion_tokens < 4000 for c in completes)
 
     async def load() -> Any:
-        async with grpc.aio.insecure_channel(server.sglang_target) as channel:
+        async with grpc.aio.insecure_channel(server.sglang_scheduler_target) as channel:
             stub = sglang_scheduler_pb2_grpc.SglangSchedulerStub(channel)
             for _ in range(100):
                 loads = await stub.GetLoads(pb.GetLoadsRequest())
@@ -293,7 +295,7 @@ def test_the_edge_guard_decodes_strictly_on_this_port(server: ServerProcess) -> 
     body = b"\x0a\x02\xff\xfe"  # request_id (field 1, a string) holding two bytes that are not UTF-8
 
     async def call() -> Any:
-        channel = Channel("127.0.0.1", server.sglang_port)
+        channel = Channel("127.0.0.1", server.sglang_scheduler_port)
         try:
             return await raw_call(channel, f"/{SERVICE}/Generate", body)
         finally:
@@ -307,12 +309,13 @@ def test_health_turns_false_while_draining() -> None:
     """SMG-5: both dialects say healthy=false (status OK) while the server drains, so smg takes the
     worker out of rotation; HealthCheck itself keeps answering."""
     with ServerProcess(
-        engine="fake", args=("--sglang-port", "0", "--fake-token-delay", "0.02", "--drain-timeout", "20")
+        engine="fake",
+        args=("--sglang-scheduler-port", "0", "--fake-token-delay", "0.02", "--drain-timeout", "20"),
     ) as running:
 
         async def body() -> tuple[Any, Any]:
             async with (
-                grpc.aio.insecure_channel(running.sglang_target) as sglang_channel,
+                grpc.aio.insecure_channel(running.sglang_scheduler_target) as sglang_channel,
                 grpc.aio.insecure_channel(running.target) as vllm_channel,
             ):
                 sglang = sglang_scheduler_pb2_grpc.SglangSchedulerStub(sglang_channel)

@@ -5,10 +5,10 @@ it, no more and no fewer. Controls are correct variants that must pass every cas
 from __future__ import annotations
 
 from . import engine_faults as f
-from .engine_proxy import VllmProxy
+from .engine_proxy import VllmEngineProxy
 
 
-class LastChunkLost(f.LastChunkLost, VllmProxy):
+class LastChunkLost(f.LastChunkLost, VllmEngineProxy):
     name = "vllm-last-chunk-lost"
     expected = frozenset(
         {
@@ -39,7 +39,7 @@ class LastChunkLost(f.LastChunkLost, VllmProxy):
     tolerated = f.COMPARES_RUNS
 
 
-class CumulativeIds(f.CumulativeIds, VllmProxy):
+class CumulativeIds(f.CumulativeIds, VllmEngineProxy):
     name = "vllm-cumulative-ids"
     expected = frozenset(
         {
@@ -58,7 +58,7 @@ class CumulativeIds(f.CumulativeIds, VllmProxy):
     tolerated = f.GROWS_WITH_TOKENS | {"ABORT-2[mid-stream]", "ABORT-4[*]"}
 
 
-class CompletionCountsPrompt(f.CompletionCountsPrompt, VllmProxy):
+class CompletionCountsPrompt(f.CompletionCountsPrompt, VllmEngineProxy):
     name = "vllm-completion-counts-prompt"
     expected = frozenset(
         {
@@ -70,7 +70,7 @@ class CompletionCountsPrompt(f.CompletionCountsPrompt, VllmProxy):
     )
 
 
-class PromptTokensPlusOne(f.PromptTokensPlusOne, VllmProxy):
+class PromptTokensPlusOne(f.PromptTokensPlusOne, VllmEngineProxy):
     name = "vllm-prompt-tokens-plus-one"
     expected = frozenset(
         {
@@ -79,7 +79,7 @@ class PromptTokensPlusOne(f.PromptTokensPlusOne, VllmProxy):
     )
 
 
-class CachedTokensDropped(f.CachedTokensDropped, VllmProxy):
+class CachedTokensDropped(f.CachedTokensDropped, VllmEngineProxy):
     name = "vllm-cached-tokens-dropped"
     expected = frozenset(
         {
@@ -89,7 +89,7 @@ class CachedTokensDropped(f.CachedTokensDropped, VllmProxy):
     )
 
 
-class DuplicateComplete(f.DuplicateComplete, VllmProxy):
+class DuplicateComplete(f.DuplicateComplete, VllmEngineProxy):
     name = "vllm-duplicate-complete"
     expected = frozenset(
         {
@@ -105,7 +105,7 @@ class DuplicateComplete(f.DuplicateComplete, VllmProxy):
     )
 
 
-class LengthAsStop(f.LengthAsStop, VllmProxy):
+class LengthAsStop(f.LengthAsStop, VllmEngineProxy):
     name = "vllm-length-as-stop"
     expected = frozenset(
         {
@@ -118,7 +118,7 @@ class LengthAsStop(f.LengthAsStop, VllmProxy):
     )
 
 
-class MatchedTokenOnLength(f.MatchedTokenOnLength, VllmProxy):
+class MatchedTokenOnLength(f.MatchedTokenOnLength, VllmEngineProxy):
     name = "vllm-matched-token-on-length"
     expected = frozenset(
         {
@@ -127,7 +127,7 @@ class MatchedTokenOnLength(f.MatchedTokenOnLength, VllmProxy):
     )
 
 
-class IndexCollapsed(f.IndexCollapsed, VllmProxy):
+class IndexCollapsed(f.IndexCollapsed, VllmEngineProxy):
     name = "vllm-index-collapsed"
     expected = frozenset(
         {
@@ -152,7 +152,7 @@ class IndexCollapsed(f.IndexCollapsed, VllmProxy):
     )
 
 
-class ErrorInBand(f.ErrorInBand, VllmProxy):
+class ErrorInBand(f.ErrorInBand, VllmEngineProxy):
     name = "vllm-error-in-band"
     expected = frozenset(
         {
@@ -165,7 +165,7 @@ class ErrorInBand(f.ErrorInBand, VllmProxy):
     triggered_by = frozenset({"generate.return_logprobs"})
 
 
-class LogprobsDropped(f.LogprobsDropped, VllmProxy):
+class LogprobsDropped(f.LogprobsDropped, VllmEngineProxy):
     name = "vllm-logprobs-dropped"
     expected = frozenset(
         {
@@ -174,7 +174,7 @@ class LogprobsDropped(f.LogprobsDropped, VllmProxy):
     )
 
 
-class OneTokenPastMax(f.OneTokenPastMax, VllmProxy):
+class OneTokenPastMax(f.OneTokenPastMax, VllmEngineProxy):
     name = "vllm-one-token-past-max"
     expected = frozenset(
         {
@@ -189,7 +189,7 @@ class OneTokenPastMax(f.OneTokenPastMax, VllmProxy):
     )
 
 
-class AbortMissesOutputs(f.AbortMissesOutputs, VllmProxy):
+class AbortMissesOutputs(f.AbortMissesOutputs, VllmEngineProxy):
     name = "vllm-abort-misses-outputs"
     expected = frozenset(
         {
@@ -201,7 +201,7 @@ class AbortMissesOutputs(f.AbortMissesOutputs, VllmProxy):
     tolerated = frozenset({"ABORT-3[abort]", "SMG-3[abort]"})
 
 
-class CancelNotPropagated(f.CancelNotPropagated, VllmProxy):
+class CancelNotPropagated(f.CancelNotPropagated, VllmEngineProxy):
     name = "vllm-cancel-not-propagated"
     expected = frozenset(
         {
@@ -218,7 +218,7 @@ class CancelNotPropagated(f.CancelNotPropagated, VllmProxy):
     )
 
 
-class LoadStuckAfterEnd(f.LoadStuckAfterEnd, VllmProxy):
+class LoadStuckAfterEnd(f.LoadStuckAfterEnd, VllmEngineProxy):
     name = "vllm-load-stuck-after-end"
     expected = frozenset(
         {
@@ -234,7 +234,7 @@ class LoadStuckAfterEnd(f.LoadStuckAfterEnd, VllmProxy):
     triggered_by = frozenset({"scenario.cancel-after-begin"})
 
 
-class LoadsHideRunning(f.LoadsHideRunning, VllmProxy):
+class LoadsHideRunning(f.LoadsHideRunning, VllmEngineProxy):
     name = "vllm-loads-hide-running"
     expected = frozenset(
         {
@@ -246,7 +246,7 @@ class LoadsHideRunning(f.LoadsHideRunning, VllmProxy):
     )
 
 
-class EosIdsWrong(f.EosIdsWrong, VllmProxy):
+class EosIdsWrong(f.EosIdsWrong, VllmEngineProxy):
     name = "vllm-eos-ids-wrong"
     expected = frozenset(
         {
@@ -256,7 +256,7 @@ class EosIdsWrong(f.EosIdsWrong, VllmProxy):
     )
 
 
-class Unhealthy(f.Unhealthy, VllmProxy):
+class Unhealthy(f.Unhealthy, VllmEngineProxy):
     name = "vllm-unhealthy"
     expected = frozenset(
         {
@@ -266,7 +266,7 @@ class Unhealthy(f.Unhealthy, VllmProxy):
     )
 
 
-class UnhealthyWhileBusy(f.UnhealthyWhileBusy, VllmProxy):
+class UnhealthyWhileBusy(f.UnhealthyWhileBusy, VllmEngineProxy):
     name = "vllm-unhealthy-while-busy"
     expected = frozenset(
         {
@@ -277,7 +277,7 @@ class UnhealthyWhileBusy(f.UnhealthyWhileBusy, VllmProxy):
     tolerated = frozenset({"SMG-4"})
 
 
-class TokenizerDigestWrong(f.TokenizerDigestWrong, VllmProxy):
+class TokenizerDigestWrong(f.TokenizerDigestWrong, VllmEngineProxy):
     name = "vllm-tokenizer-digest-wrong"
     expected = frozenset(
         {
@@ -286,7 +286,7 @@ class TokenizerDigestWrong(f.TokenizerDigestWrong, VllmProxy):
     )
 
 
-class AnswersSglangHealth(f.AnswersSglangHealth, VllmProxy):
+class AnswersSglangHealth(f.AnswersSglangHealth, VllmEngineProxy):
     name = "vllm-answers-sglang-health"
     expected = frozenset(
         {
@@ -295,27 +295,27 @@ class AnswersSglangHealth(f.AnswersSglangHealth, VllmProxy):
     )
 
 
-class OneTokenChunks(f.OneTokenChunks, VllmProxy):
+class OneTokenChunks(f.OneTokenChunks, VllmEngineProxy):
     name = "vllm-one-token-chunks"
     is_control = True
 
 
-class CompleteRepeatsAll(f.CompleteRepeatsAll, VllmProxy):
+class CompleteRepeatsAll(f.CompleteRepeatsAll, VllmEngineProxy):
     name = "vllm-complete-repeats-all"
     is_control = True
 
 
-class KvBatchSkipped(f.KvBatchSkipped, VllmProxy):
+class KvBatchSkipped(f.KvBatchSkipped, VllmEngineProxy):
     name = "vllm-kv-batch-skipped"
     expected = frozenset({"SMG-6[stored]", "SMG-6[replay]", "SMG-6[cleared]"})
 
 
-class KvReplayIgnoresCursor(f.KvReplayIgnoresCursor, VllmProxy):
+class KvReplayIgnoresCursor(f.KvReplayIgnoresCursor, VllmEngineProxy):
     name = "vllm-kv-replay-ignores-cursor"
     expected = frozenset({"SMG-6[replay]", "SMG-6[cleared]"})
 
 
-VLLM_MUTANTS: tuple[type[VllmProxy], ...] = (
+VLLM_ENGINE_MUTANTS: tuple[type[VllmEngineProxy], ...] = (
     LastChunkLost,
     CumulativeIds,
     CompletionCountsPrompt,

@@ -5,10 +5,10 @@ it, no more and no fewer. Controls are correct variants that must pass every cas
 from __future__ import annotations
 
 from . import engine_faults as f
-from .engine_proxy import SglangProxy
+from .engine_proxy import SglangSchedulerProxy
 
 
-class LastChunkLost(f.LastChunkLost, SglangProxy):
+class LastChunkLost(f.LastChunkLost, SglangSchedulerProxy):
     name = "sglang-last-chunk-lost"
     expected = frozenset(
         {
@@ -42,7 +42,7 @@ class LastChunkLost(f.LastChunkLost, SglangProxy):
     }
 
 
-class CumulativeIds(f.CumulativeIds, SglangProxy):
+class CumulativeIds(f.CumulativeIds, SglangSchedulerProxy):
     name = "sglang-cumulative-ids"
     expected = frozenset(
         {
@@ -61,7 +61,7 @@ class CumulativeIds(f.CumulativeIds, SglangProxy):
     tolerated = f.GROWS_WITH_TOKENS | {"ABORT-2[before-first-token]"}
 
 
-class CompletionCountsPrompt(f.CompletionCountsPrompt, SglangProxy):
+class CompletionCountsPrompt(f.CompletionCountsPrompt, SglangSchedulerProxy):
     name = "sglang-completion-counts-prompt"
     expected = frozenset(
         {
@@ -81,7 +81,7 @@ class CompletionCountsPrompt(f.CompletionCountsPrompt, SglangProxy):
     )
 
 
-class PromptTokensPlusOne(f.PromptTokensPlusOne, SglangProxy):
+class PromptTokensPlusOne(f.PromptTokensPlusOne, SglangSchedulerProxy):
     name = "sglang-prompt-tokens-plus-one"
     expected = frozenset(
         {
@@ -90,7 +90,7 @@ class PromptTokensPlusOne(f.PromptTokensPlusOne, SglangProxy):
     )
 
 
-class CachedTokensDropped(f.CachedTokensDropped, SglangProxy):
+class CachedTokensDropped(f.CachedTokensDropped, SglangSchedulerProxy):
     name = "sglang-cached-tokens-dropped"
     expected = frozenset(
         {
@@ -100,7 +100,7 @@ class CachedTokensDropped(f.CachedTokensDropped, SglangProxy):
     )
 
 
-class DuplicateComplete(f.DuplicateComplete, SglangProxy):
+class DuplicateComplete(f.DuplicateComplete, SglangSchedulerProxy):
     name = "sglang-duplicate-complete"
     expected = frozenset(
         {
@@ -117,7 +117,7 @@ class DuplicateComplete(f.DuplicateComplete, SglangProxy):
     )
 
 
-class LengthAsStop(f.LengthAsStop, SglangProxy):
+class LengthAsStop(f.LengthAsStop, SglangSchedulerProxy):
     name = "sglang-length-as-stop"
     expected = frozenset(
         {
@@ -131,7 +131,7 @@ class LengthAsStop(f.LengthAsStop, SglangProxy):
     tolerated = frozenset({"SMG-2[eos]"})
 
 
-class MatchedTokenOnLength(f.MatchedTokenOnLength, SglangProxy):
+class MatchedTokenOnLength(f.MatchedTokenOnLength, SglangSchedulerProxy):
     name = "sglang-matched-token-on-length"
     expected = frozenset(
         {
@@ -140,7 +140,7 @@ class MatchedTokenOnLength(f.MatchedTokenOnLength, SglangProxy):
     )
 
 
-class IndexCollapsed(f.IndexCollapsed, SglangProxy):
+class IndexCollapsed(f.IndexCollapsed, SglangSchedulerProxy):
     name = "sglang-index-collapsed"
     expected = frozenset(
         {
@@ -166,7 +166,7 @@ class IndexCollapsed(f.IndexCollapsed, SglangProxy):
     tolerated = frozenset({"SAMPLE-2"})
 
 
-class ErrorInBand(f.ErrorInBand, SglangProxy):
+class ErrorInBand(f.ErrorInBand, SglangSchedulerProxy):
     name = "sglang-error-in-band"
     expected = frozenset(
         {
@@ -178,7 +178,7 @@ class ErrorInBand(f.ErrorInBand, SglangProxy):
     triggered_by = frozenset({"generate.return_logprobs"})
 
 
-class LogprobsDropped(f.LogprobsDropped, SglangProxy):
+class LogprobsDropped(f.LogprobsDropped, SglangSchedulerProxy):
     name = "sglang-logprobs-dropped"
     expected = frozenset(
         {
@@ -187,7 +187,7 @@ class LogprobsDropped(f.LogprobsDropped, SglangProxy):
     )
 
 
-class OneTokenPastMax(f.OneTokenPastMax, SglangProxy):
+class OneTokenPastMax(f.OneTokenPastMax, SglangSchedulerProxy):
     name = "sglang-one-token-past-max"
     expected = frozenset(
         {
@@ -200,7 +200,7 @@ class OneTokenPastMax(f.OneTokenPastMax, SglangProxy):
     )
 
 
-class AbortMissesOutputs(f.AbortMissesOutputs, SglangProxy):
+class AbortMissesOutputs(f.AbortMissesOutputs, SglangSchedulerProxy):
     name = "sglang-abort-misses-outputs"
     expected = frozenset(
         {
@@ -212,7 +212,7 @@ class AbortMissesOutputs(f.AbortMissesOutputs, SglangProxy):
     tolerated = frozenset({"ABORT-3[abort]", "SMG-3[abort]"})
 
 
-class CancelNotPropagated(f.CancelNotPropagated, SglangProxy):
+class CancelNotPropagated(f.CancelNotPropagated, SglangSchedulerProxy):
     name = "sglang-cancel-not-propagated"
     expected = frozenset(
         {
@@ -229,7 +229,7 @@ class CancelNotPropagated(f.CancelNotPropagated, SglangProxy):
     )
 
 
-class LoadStuckAfterEnd(f.LoadStuckAfterEnd, SglangProxy):
+class LoadStuckAfterEnd(f.LoadStuckAfterEnd, SglangSchedulerProxy):
     name = "sglang-load-stuck-after-end"
     expected = frozenset(
         {
@@ -245,7 +245,7 @@ class LoadStuckAfterEnd(f.LoadStuckAfterEnd, SglangProxy):
     triggered_by = frozenset({"scenario.cancel-after-begin"})
 
 
-class LoadsHideRunning(f.LoadsHideRunning, SglangProxy):
+class LoadsHideRunning(f.LoadsHideRunning, SglangSchedulerProxy):
     name = "sglang-loads-hide-running"
     expected = frozenset(
         {
@@ -257,14 +257,14 @@ class LoadsHideRunning(f.LoadsHideRunning, SglangProxy):
     )
 
 
-class EosIdsWrong(f.EosIdsWrong, SglangProxy):
+class EosIdsWrong(f.EosIdsWrong, SglangSchedulerProxy):
     name = "sglang-eos-ids-wrong"
     expected = frozenset({"SMG-2[eos]"})
     # FINISH-5 sees it only when a pooled output ends at EOS, and SGLang's sampling has no seed
     tolerated = frozenset({"FINISH-5"})
 
 
-class Unhealthy(f.Unhealthy, SglangProxy):
+class Unhealthy(f.Unhealthy, SglangSchedulerProxy):
     name = "sglang-unhealthy"
     expected = frozenset(
         {
@@ -274,7 +274,7 @@ class Unhealthy(f.Unhealthy, SglangProxy):
     )
 
 
-class UnhealthyWhileBusy(f.UnhealthyWhileBusy, SglangProxy):
+class UnhealthyWhileBusy(f.UnhealthyWhileBusy, SglangSchedulerProxy):
     name = "sglang-unhealthy-while-busy"
     expected = frozenset(
         {
@@ -285,7 +285,7 @@ class UnhealthyWhileBusy(f.UnhealthyWhileBusy, SglangProxy):
     tolerated = frozenset({"SMG-4"})
 
 
-class TokenizerDigestWrong(f.TokenizerDigestWrong, SglangProxy):
+class TokenizerDigestWrong(f.TokenizerDigestWrong, SglangSchedulerProxy):
     name = "sglang-tokenizer-digest-wrong"
     expected = frozenset(
         {
@@ -294,7 +294,7 @@ class TokenizerDigestWrong(f.TokenizerDigestWrong, SglangProxy):
     )
 
 
-class AbortAlwaysSucceeds(f.AbortAlwaysSucceeds, SglangProxy):
+class AbortAlwaysSucceeds(f.AbortAlwaysSucceeds, SglangSchedulerProxy):
     name = "sglang-abort-always-succeeds"
     expected = frozenset(
         {
@@ -309,7 +309,7 @@ class AbortAlwaysSucceeds(f.AbortAlwaysSucceeds, SglangProxy):
     )
 
 
-class RequestIdNotEchoed(f.RequestIdNotEchoed, SglangProxy):
+class RequestIdNotEchoed(f.RequestIdNotEchoed, SglangSchedulerProxy):
     name = "sglang-request-id-not-echoed"
     expected = frozenset(
         {
@@ -318,27 +318,27 @@ class RequestIdNotEchoed(f.RequestIdNotEchoed, SglangProxy):
     )
 
 
-class OneTokenChunks(f.OneTokenChunks, SglangProxy):
+class OneTokenChunks(f.OneTokenChunks, SglangSchedulerProxy):
     name = "sglang-one-token-chunks"
     is_control = True
 
 
-class CompleteRepeatsAll(f.CompleteRepeatsAll, SglangProxy):
+class CompleteRepeatsAll(f.CompleteRepeatsAll, SglangSchedulerProxy):
     name = "sglang-complete-repeats-all"
     is_control = True
 
 
-class KvClearedDropped(f.KvClearedDropped, SglangProxy):
+class KvClearedDropped(f.KvClearedDropped, SglangSchedulerProxy):
     name = "sglang-kv-cleared-dropped"
     expected = frozenset({"SMG-6[cleared]"})
 
 
-class KvBlocksReversed(f.KvBlocksReversed, SglangProxy):
+class KvBlocksReversed(f.KvBlocksReversed, SglangSchedulerProxy):
     name = "sglang-kv-blocks-reversed"
     expected = frozenset({"SMG-6[stored]", "SMG-6[replay]", "SMG-6[cleared]"})
 
 
-SGLANG_MUTANTS: tuple[type[SglangProxy], ...] = (
+SGLANG_SCHEDULER_MUTANTS: tuple[type[SglangSchedulerProxy], ...] = (
     LastChunkLost,
     CumulativeIds,
     CompletionCountsPrompt,

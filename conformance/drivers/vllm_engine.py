@@ -30,7 +30,7 @@ from lmrpc.v1 import (
 INT31 = (1 << 31) - 1  # the seed is an int32: lmrpc's uint64 seeds are folded into its positive half
 
 
-class VllmDriver(EngineDriver):
+class VllmEngineDriver(EngineDriver):
     protocol = "vllm-engine"
     service = "vllm.grpc.engine.VllmEngine"
     abort_outcomes = False

@@ -37,7 +37,7 @@ def _given(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
-class SglangDriver(EngineDriver):
+class SglangSchedulerDriver(EngineDriver):
     protocol = "sglang-scheduler"
     instance_field = "GetServerInfoResponse.start_time"
     service = "sglang.grpc.scheduler.SglangScheduler"
