@@ -19,9 +19,9 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from conformance import HARNESS_VERSION
 from conformance.report.model import EXIT_USAGE
 from conformance.spec.protocols import PROTOCOLS
+from conformance.vocabulary import HARNESS_VERSION
 
 
 def _positive_float(text: str) -> float:
@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
         return int(exc.code or 0)
-    from conformance.harness import commands as app
+    from conformance import commands as app
 
     try:
         if args.command == "list":

@@ -17,14 +17,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-from conformance.harness.outcome import CaseResult, Verdict
+from conformance.cases import all_cases
 from conformance.harness.runner import run_case
 from conformance.harness.session import Budgets, Session, Tuning
 from conformance.harness.target import Endpoint, Target
 from conformance.report.baseline import Baseline
 from conformance.report.model import failure_text
 from conformance.search.property import CI_PROFILE
-from conformance.spec.registry import Case, all_cases, expand_patterns, matches, select
+from conformance.spec.registry import Case, expand_patterns, matches, select
+from conformance.vocabulary import CaseResult, Verdict
 
 T = TypeVar("T")
 

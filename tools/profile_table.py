@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from conformance.cases import all_cases
 from conformance.spec.profiles import GRPC_PROFILES, OPENAI, Profile, markdown_table
-from conformance.spec.registry import all_cases
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "conformance.md"
 TABLES = {

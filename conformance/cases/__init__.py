@@ -1,6 +1,6 @@
 """The case library, one module per clause group. Importing this package registers every case;
 the import order below is the order cases start in and the order of the report (load-watching
-cases that need a pristine server come first)."""
+cases that need a pristine server come first). ``all_cases()`` is every registered case."""
 
 # isort: skip_file
 from __future__ import annotations
@@ -30,3 +30,9 @@ from conformance.cases import sglang_runtime  # noqa: F401
 from conformance.cases import lifecycle  # noqa: F401
 from conformance.cases import tracing  # noqa: F401
 from conformance.cases import openai  # noqa: F401
+from conformance.spec.registry import REGISTRY, Case
+
+
+def all_cases() -> list[Case]:
+    """Every case of the library, in registration order."""
+    return list(REGISTRY.values())

@@ -7,11 +7,11 @@ from collections.abc import Iterable
 from grpclib.const import Status
 
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseFailed, Mismatch
 from conformance.spec.profiles import PROFILES
 from conformance.spec.registry import REGISTRY
 from conformance.stream.live import LiveStream
 from conformance.stream.record import End, StreamRecord
+from conformance.vocabulary import CaseFailed, Mismatch
 from lmrpc.v1 import (
     AbortRequest,
     AllRequests,
@@ -24,7 +24,7 @@ NO_SUCH_PATH = "/nonexistent/lmrpc-conformance/weights"  # a path no server host
 
 
 def applies_here(ctx: Ctx, case_id: str) -> bool:
-    """Whether the case ``case_id`` applies in the protocol the run speaks (spec/profiles.py)."""
+    """Whether the case ``case_id`` applies in the protocol the run speaks (spec/profiles/)."""
     case = REGISTRY.get(case_id)
     return case is None or PROFILES[ctx.session.target.driver.protocol].case(case).applies
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from conformance.cases._helpers import ok
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import request
 from conformance.stream.record import OutputView, StreamRecord
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import ChatInput, ChatMessage, GenerateRequest, StopMatch
 
 DETERMINISTIC = "deterministic_greedy|seeded_sampling"

@@ -9,11 +9,11 @@ from grpclib.const import Status
 
 from conformance.cases._helpers import abort, abort_all, accepted, first_delta, ok, paused, resumed
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, long_tokens, request
 from conformance.spec.registry import Variant, case
 from conformance.stream.live import LiveStream
 from conformance.stream.record import End
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import AbortRequest, FinishReason, RequestIds
 
 TAIL_TOKENS = 16  # ABORT-2: tokens an output may still deliver after the AbortResponse

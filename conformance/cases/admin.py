@@ -12,10 +12,10 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
 from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok, outputs_tokens, still_streaming
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
 from conformance.stream.live import LiveStream
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import (
     FlushCacheRequest,
     GetModelInfoRequest,

@@ -10,10 +10,10 @@ from grpclib.const import Status
 from conformance.cases._helpers import abort, first_delta, ok, outputs_tokens, paused, resumed
 from conformance.harness.context import Ctx
 from conformance.harness.load import expect_released, quiet_load
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
 from conformance.stream.record import End
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import FinishReason
 
 

@@ -21,15 +21,14 @@ from conformance.cases._helpers import (
 )
 from conformance.harness.context import Ctx, RpcOutcome
 from conformance.harness.load import idle_load
-from conformance.harness.outcome import CaseSkipped, Mismatch
 from conformance.harness.requests import long_request, request
-from conformance.harness.target import TargetInfo
 from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import PROMPTS, prompt_texts
 from conformance.spec.registry import case
 from conformance.stream.record import End
 from conformance.validators import validate
 from conformance.validators.base import Facts
+from conformance.vocabulary import CaseSkipped, Mismatch, TargetInfo
 from lmrpc.v1 import (
     AbortRequest,
     AbortStatus,

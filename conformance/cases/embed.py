@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from conformance.cases._helpers import abort, first_delta, still_streaming
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import Mismatch
 from conformance.harness.requests import long_request
 from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import prompt_texts
 from conformance.spec.registry import case
+from conformance.vocabulary import Mismatch
 from lmrpc.v1 import EmbedRequest
 
 NORM_TOLERANCE = 1e-3  # EMBED-2: the L2 norm within this of 1

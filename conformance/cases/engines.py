@@ -11,10 +11,10 @@ from conformance.cases._helpers import abort, first_delta, ok
 from conformance.drivers.engine import EngineDriver
 from conformance.harness.context import Ctx
 from conformance.harness.load import load_counts
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import Variant, case
 from conformance.stream.live import RawMessage
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import AbortRequest, FinishReason, Load, RequestIds
 
 SAMPLE_TEXT = "Prices rose 12.5% in 2024 — naïve café 東京 🙂 <|im_end|>"

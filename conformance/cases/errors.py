@@ -12,9 +12,7 @@ from grpclib.exceptions import GRPCError
 from conformance.cases._helpers import applies_here, expect_rejected, ok, status_of
 from conformance.harness.context import Ctx, RpcOutcome
 from conformance.harness.load import quiet_load, released
-from conformance.harness.outcome import CaseSkipped, Mismatch
 from conformance.harness.requests import long_request, request
-from conformance.harness.target import TargetInfo
 from conformance.search.invalid import INVALID, Invalid, applicable
 from conformance.search.pool import copy_request
 from conformance.search.property import raise_outcome, search
@@ -22,6 +20,7 @@ from conformance.search.strategies import invalid_requests
 from conformance.spec.registry import case
 from conformance.stream.live import RawMessage
 from conformance.stream.record import End
+from conformance.vocabulary import CaseSkipped, Mismatch, TargetInfo
 from lmrpc.v1 import (
     DetokenizeRequest,
     EmbedRequest,

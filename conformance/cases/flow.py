@@ -12,10 +12,10 @@ from grpclib.const import Status
 from conformance.cases._helpers import ok
 from conformance.harness.context import Ctx
 from conformance.harness.load import expect_released, quiet_load
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_tokens, request
 from conformance.spec.registry import case
 from conformance.stream.h2call import H2Call, frame
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import AbortRequest, AbortStatus, FinishReason, GenerateResponse, RequestIds, ServerLimits
 
 GENERATE = "/lmrpc.v1.InferenceService/Generate"

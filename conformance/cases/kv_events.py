@@ -15,11 +15,11 @@ from grpclib.exceptions import GRPCError
 
 from conformance.cases.engines import engine
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseFailed, CaseSkipped, Mismatch
 from conformance.harness.requests import request
 from conformance.spec.descriptors import message_class
 from conformance.spec.registry import case
 from conformance.stream.live import RawMessage
+from conformance.vocabulary import CaseFailed, CaseSkipped, Mismatch
 from lmrpc._gen.smg.grpc.common import SubscribeKvEventsRequest
 from lmrpc.v1 import FlushCacheRequest
 

@@ -16,10 +16,10 @@ from conformance.cases._helpers import expect_rejected, first_delta
 from conformance.drivers.engine import EngineDriver
 from conformance.harness.context import Ctx
 from conformance.harness.hooks import run_hook
-from conformance.harness.outcome import CaseFailed, CaseSkipped, Mismatch
 from conformance.harness.requests import long_tokens, request
 from conformance.spec.registry import Stage, case
 from conformance.stream.live import LiveStream
+from conformance.vocabulary import CaseFailed, CaseSkipped, Mismatch
 from lmrpc.v1 import FinishReason, GetServerInfoRequest, ServerInfo
 
 DRAINED_TOKENS = 24  # a request that finishes within the drain, in flight when it begins

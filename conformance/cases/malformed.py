@@ -9,12 +9,12 @@ import struct
 from grpclib.const import Status
 
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.search.malformed import named_faults, unknown_group
 from conformance.spec.descriptors import message_descriptor
 from conformance.spec.registry import Variant, case
 from conformance.stream.h2call import H2Call, H2Result, frame
 from conformance.stream.wire import length_field, write_varint
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,

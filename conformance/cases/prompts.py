@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from conformance.cases._helpers import ok, status_of
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.spec.registry import case
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,

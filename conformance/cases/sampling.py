@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from conformance.cases._helpers import ok, outputs_tokens
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import Mismatch
 from conformance.harness.requests import request
 from conformance.search.pool import copy_request
 from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import deterministic_requests, prompt_texts
 from conformance.spec.registry import case
+from conformance.vocabulary import Mismatch
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria
 
 

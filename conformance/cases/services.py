@@ -19,10 +19,10 @@ from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
 from conformance.cases._helpers import abort, accepted, applies_here, first_delta, ok, paused, resumed
 from conformance.harness.context import Ctx
 from conformance.harness.load import idle_load, load_counts, quiet_load, released
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
 from conformance.stream.live import LiveStream
+from conformance.vocabulary import CaseSkipped
 from lmrpc import CONTRACT_REVISION
 from lmrpc.v1 import AbortRequest, GetLoadRequest, GetModelInfoRequest, GetServerInfoRequest, RequestIds
 

@@ -19,10 +19,10 @@ from conformance.cases._learned import DETERMINISTIC
 from conformance.cases.abort import expect_aborted_end
 from conformance.drivers.sglang_runtime import SglangRuntimeDriver
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
 from conformance.stream.record import StreamRecord
+from conformance.vocabulary import CaseSkipped
 from lmrpc._gen.sglang.runtime import v1 as rt
 from lmrpc.v1 import AbortRequest, AllRequests, ResponseOptions
 

@@ -4,9 +4,9 @@ one invariant of the one machine run ``conformance.search.machine.run_machine`` 
 from __future__ import annotations
 
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseFailed
 from conformance.search.machine import INVARIANTS, Judgement, run_machine
 from conformance.spec.registry import case
+from conformance.vocabulary import CaseFailed
 
 
 def _machine_case(clause: str) -> None:

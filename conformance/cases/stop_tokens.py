@@ -17,9 +17,9 @@ from conformance.cases._learned import (
     stop_of,
 )
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import request
 from conformance.spec.registry import case
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import FinishReason, ResponseOptions
 
 

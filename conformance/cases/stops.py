@@ -17,10 +17,10 @@ from conformance.cases._learned import (
     token_starts,
 )
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.spec.registry import case
 from conformance.stream.record import OutputView
 from conformance.validators.base import first_stop_match
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import FinishReason
 
 

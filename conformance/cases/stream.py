@@ -8,14 +8,15 @@ import asyncio
 from conformance.cases._helpers import accepted, ok
 from conformance.cases._learned import DETERMINISTIC, learn, rerun, sendable, token_starts
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped, Mismatch
+from conformance.harness.facts import gather_facts
 from conformance.harness.requests import long_request, request
 from conformance.search.pool import check_on_pool, copy_request
 from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import deterministic_requests
 from conformance.spec.registry import case
 from conformance.stream.record import StreamRecord
-from conformance.validators import STREAM_CLAUSES, gather_facts, validate
+from conformance.validators import STREAM_CLAUSES, validate
+from conformance.vocabulary import CaseSkipped, Mismatch
 from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams
 
 POOL_SENDS = {  # what the pool's fixed sentinels send, declared on the clause that needs it

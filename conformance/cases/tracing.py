@@ -8,9 +8,9 @@ import secrets
 from grpclib.exceptions import GRPCError
 
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import request
 from conformance.spec.registry import case
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import GenerateRequest
 
 MALFORMED = (

@@ -12,10 +12,10 @@ from grpclib.const import Status
 from conformance.cases._helpers import abort, accepted, expect_rejected, first_delta, ok, outputs_tokens
 from conformance.harness.context import Ctx
 from conformance.harness.load import idle_load
-from conformance.harness.outcome import CaseSkipped
 from conformance.harness.requests import request
 from conformance.spec.registry import Variant, case
 from conformance.stream.record import End
+from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import FlushCacheRequest, GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 
 TEXTS = (

@@ -20,12 +20,20 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from conformance.drivers.openai.calls import CaseHttp, HttpCall
-from conformance.harness.outcome import CaseFailed, Mismatch, Repro, RpcTimedOut, StreamHung, mismatch
 from conformance.harness.session import Budgets, Session, Tuning
-from conformance.harness.target import TargetInfo
 from conformance.spec.coverage import classes_sent
 from conformance.stream.live import LiveStream, RawMessage
 from conformance.stream.record import End, StreamRecord
+from conformance.vocabulary import (
+    Call,
+    CaseFailed,
+    Mismatch,
+    Repro,
+    RpcTimedOut,
+    StreamHung,
+    TargetInfo,
+    mismatch,
+)
 from lmrpc.v1 import (
     ControlServiceStub,
     DetokenizeRequest,
@@ -82,19 +90,6 @@ class Checker:
     def fail(self, what: str, want: object, got: object) -> None:
         self.add(what, want, got)
         raise CaseFailed(self.mismatches)
-
-
-@dataclass(slots=True)
-class Call:
-    """One RPC of the transcript. ``t_s`` is relative to the case start."""
-
-    t_s: float
-    service: str  # "control" | "inference"
-    method: str  # the stub's method name, e.g. "abort", "generate"
-    request: betterproto2.Message
-    deadline_s: float | None = None
-    cancel_after: int | None = None  # Generate: the client cancelled after this many messages
-    outcome: str = ""
 
 
 @dataclass(slots=True)

@@ -21,7 +21,14 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
 from conformance.drivers.openai.alive import http_alive
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import (
+from conformance.harness.session import Session
+from conformance.report.http_repro import http_script
+from conformance.report.repro import script
+from conformance.spec.profiles import PROFILES
+from conformance.spec.protocols import HTTP_PROTOCOLS
+from conformance.spec.registry import Case
+from conformance.stream.live import StreamStalled
+from conformance.vocabulary import (
     CaseFailed,
     CaseResult,
     CaseSkipped,
@@ -32,13 +39,6 @@ from conformance.harness.outcome import (
     Verdict,
     show,
 )
-from conformance.harness.session import Session
-from conformance.report.http_repro import http_script
-from conformance.report.repro import script
-from conformance.spec.profiles import PROFILES
-from conformance.spec.protocols import HTTP_PROTOCOLS
-from conformance.spec.registry import Case
-from conformance.stream.live import StreamStalled
 from lmrpc.v1 import GenerateRequest, GetServerInfoRequest, StoppingCriteria
 
 

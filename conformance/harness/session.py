@@ -16,7 +16,8 @@ from typing import Any
 
 from conformance.drivers.openai.target import HttpTarget
 from conformance.harness.otlp import SpanReceiver
-from conformance.harness.target import Target, TargetInfo
+from conformance.harness.target import Target
+from conformance.vocabulary import TargetInfo
 
 
 @dataclass(frozen=True, slots=True)

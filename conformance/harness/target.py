@@ -18,14 +18,11 @@ from grpclib.config import Configuration
 
 from conformance.drivers import Driver, LmrpcDriver, Promises, make_driver
 from conformance.drivers.detect import detect
+from conformance.vocabulary import TargetInfo
 from lmrpc.client import bearer_token, tls_context
 from lmrpc.v1 import (
-    Capabilities,
     ControlServiceStub,
-    EmbeddingModelInfo,
     InferenceServiceStub,
-    ModelInfo,
-    ServerInfo,
 )
 
 
@@ -87,42 +84,6 @@ class Endpoint:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
-
-
-@dataclass(slots=True)
-class TargetInfo:
-    """What the server advertises about itself."""
-
-    server: ServerInfo
-    model: ModelInfo
-    embedding: EmbeddingModelInfo | None
-    kv_tokens_total: int = 0  # from GetLoad at connect time; 0 when the server does not say
-
-    @property
-    def caps(self) -> Capabilities:
-        return self.server.capabilities or Capabilities()
-
-    @property
-    def vocab_size(self) -> int:
-        return self.model.vocab_size
-
-    @property
-    def max_context(self) -> int:
-        return self.model.max_context_tokens
-
-    @property
-    def eos_ids(self) -> list[int]:
-        return list(self.model.eos_token_ids)
-
-    def has(self, requirement: str) -> bool:
-        """Evaluate one requirement: ``tokenize``, ``!stop_strings`` (absent), ``max_outputs>=4``, ``a|b``."""
-        if "|" in requirement:
-            return any(self.has(part) for part in requirement.split("|"))
-        if requirement.startswith("!"):
-            return not self.has(requirement[1:])
-        name, _, minimum = requirement.partition(">=")
-        value = getattr(self.caps, name)
-        return bool(value) if not minimum else int(value) >= int(minimum)
 
 
 @dataclass(slots=True)

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.harness.outcome import CaseResult, Verdict
 from conformance.spec.registry import Case, matches
+from conformance.vocabulary import CaseResult, Verdict
 
 
 class BaselineError(ValueError):

@@ -4,6 +4,7 @@ failure with its clause, want/got lines and repro, then the badge line."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,12 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.syntax import Syntax
 from rich.table import Table
 
-from conformance.harness.outcome import CaseResult, Verdict
-from conformance.harness.runner import Progress as RunProgress
 from conformance.report.model import RunReport, badge
 from conformance.spec.clauses import CLAUSES
 from conformance.spec.profiles import clause_text
 from conformance.spec.registry import Case
+from conformance.vocabulary import CaseResult, Verdict
 
 STYLE = {
     Verdict.PASS: "green",
@@ -29,7 +29,10 @@ STYLE = {
 }
 
 
-def progress_bar(console: Console, total: int) -> tuple[Progress, RunProgress]:
+def progress_bar(
+    console: Console, total: int
+) -> tuple[Progress, Callable[[Case], None], Callable[[CaseResult], None]]:
+    """A progress bar, and what a run calls as each case starts and ends."""
     bar = Progress(
         TextColumn("[bold]conformance"),
         BarColumn(),
@@ -49,7 +52,7 @@ def progress_bar(console: Console, total: int) -> tuple[Progress, RunProgress]:
         failures[0] += result.verdict.is_failure
         bar.update(task, advance=1, description=f"[red]{failures[0]} failing" if failures[0] else "")
 
-    return bar, RunProgress(on_start, on_result)
+    return bar, on_start, on_result
 
 
 def render(console: Console, report: RunReport, *, verbose: bool = False, quiet: bool = False) -> None:

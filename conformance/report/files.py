@@ -7,9 +7,9 @@ import os
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from conformance.harness.outcome import CaseResult, Verdict
 from conformance.report.model import RunReport, failure_text
 from conformance.spec.clauses import CLAUSES
+from conformance.vocabulary import CaseResult, Verdict
 
 
 def _atomic_write(path: str, text: str) -> None:

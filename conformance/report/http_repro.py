@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from conformance.drivers.openai.calls import HttpCall
-from conformance.harness.outcome import Mismatch
+from conformance.vocabulary import Mismatch
 
 _HEADER = '''#!/usr/bin/env python3
 """Repro for lmrpc conformance case {case_id} (OpenAI-compatible HTTP): replays its calls and

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance import HARNESS_VERSION
-from conformance.harness.outcome import Verdict
 from conformance.report.baseline import Baseline
 from conformance.report.model import RunReport, badge
 from conformance.spec.clauses import CLAUSES
+from conformance.vocabulary import HARNESS_VERSION, Verdict
 from lmrpc import CONTRACT_REVISION
 
 SCHEMA = "lmrpc-implementation-report/1"

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from conformance import HARNESS_VERSION, REPORT_SCHEMA
-from conformance.harness.outcome import CaseResult, Verdict
 from conformance.spec.clauses import CLAUSES
 from conformance.spec.profiles import clause_text
+from conformance.vocabulary import HARNESS_VERSION, REPORT_SCHEMA, CaseResult, Verdict
 from lmrpc import CONTRACT_REVISION
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_STALE = 0, 1, 2, 3, 4

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conformance.harness.context import Call
+from conformance.vocabulary import Call
 
 _HEADER = '''#!/usr/bin/env python3
 """Repro for lmrpc conformance case {case_id}: replays its calls and prints every response.

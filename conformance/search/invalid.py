@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from grpclib.const import Status
 
-from conformance.harness.target import TargetInfo
+from conformance.vocabulary import TargetInfo
 from lmrpc.v1 import (
     ChatInput,
     GenerateRequest,

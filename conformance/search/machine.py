@@ -36,7 +36,6 @@ from hypothesis.stateful import (
 
 from conformance.harness.context import Ctx
 from conformance.harness.load import expect_released, quiet_load
-from conformance.harness.outcome import CaseFailed, Mismatch, Repro
 from conformance.harness.requests import long_request
 from conformance.harness.session import Session
 from conformance.report.repro import script
@@ -45,6 +44,7 @@ from conformance.search.strategies import valid_requests
 from conformance.stream.live import LiveStream, StreamStalled
 from conformance.stream.record import End, StreamRecord
 from conformance.validators.base import VALIDATORS, Facts
+from conformance.vocabulary import CaseFailed, Mismatch, Repro
 from lmrpc.v1 import AbortRequest, GenerateRequest, RequestIds
 
 INVARIANTS = ("STREAM-6", "FINISH-1", "USAGE-3", "ABORT-3")

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 
 from hypothesis import Phase
 
-from conformance.harness.context import Call, Ctx
-from conformance.harness.outcome import CaseFailed, Mismatch, Repro
+from conformance.harness.context import Ctx
+from conformance.harness.facts import gather_facts
 from conformance.harness.session import Session
-from conformance.harness.target import TargetInfo
 from conformance.report.repro import script
 from conformance.search.property import profile, raise_outcome, run_property, search
 from conformance.search.strategies import valid_requests
 from conformance.stream.record import StreamRecord
-from conformance.validators import gather_facts, validate
+from conformance.validators import validate
 from conformance.validators.base import Facts
+from conformance.vocabulary import Call, CaseFailed, Mismatch, Repro, TargetInfo
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky
 
-from conformance.harness.context import Call, Ctx
-from conformance.harness.outcome import CaseFailed, Mismatch, Repro, StreamHung
+from conformance.harness.context import Ctx
 from conformance.report.repro import script
+from conformance.vocabulary import Call, CaseFailed, Mismatch, Repro, StreamHung
 from lmrpc.v1 import GenerateRequest
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ import struct
 
 from hypothesis import strategies as st
 
-from conformance.harness.target import TargetInfo
+from conformance.vocabulary import TargetInfo
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams, StoppingCriteria
 
 if TYPE_CHECKING:
-    from conformance.harness.target import TargetInfo
+    from conformance.vocabulary import TargetInfo
 
 
 @dataclass(frozen=True, slots=True)

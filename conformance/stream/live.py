@@ -10,17 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, Callable
+from typing import Protocol
 
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
-from conformance.stream.record import End, Event, StreamRecord, event_kind
+from conformance.stream.record import End, Event, Finding, StreamRecord, event_kind
+from conformance.stream.wire import Decoded
 from lmrpc.v1 import GenerateRequest
-
-if TYPE_CHECKING:  # drivers sit beside this package and use its RawMessage
-    from conformance.drivers.base import Driver
 
 GENERATE = "/lmrpc.v1.InferenceService/Generate"
 
@@ -41,6 +39,14 @@ class RawMessage:
         return self.data
 
 
+class EventSource(Protocol):
+    """What makes the call: a protocol driver (``conformance.drivers``, the layer above this one)."""
+
+    def events(
+        self, channel: Channel, request: GenerateRequest, deadline_s: float | None, findings: list[Finding]
+    ) -> AsyncGenerator[Decoded]: ...
+
+
 class StreamStalled(Exception):
     """No message arrived within the wait budget."""
 
@@ -49,7 +55,7 @@ class LiveStream:
     def __init__(
         self,
         channel: Channel,
-        driver: Driver,
+        driver: EventSource,
         request: GenerateRequest,
         *,
         deadline_s: float | None,

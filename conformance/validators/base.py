@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conformance.harness.outcome import Mismatch
-from conformance.harness.target import TargetInfo
 from conformance.spec.effective import Effective, effective
 from conformance.stream.record import OutputView, StreamRecord
+from conformance.vocabulary import Mismatch, TargetInfo
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from conformance.drivers.openai.exchange import End, Exchange, OpenAIRequest
 from conformance.drivers.openai.view import FINISH_REASONS, ChoiceView, CompletionView, view_of
-from conformance.harness.outcome import Mismatch, mismatch
+from conformance.vocabulary import Mismatch, mismatch
 
 LOGPROB_SLACK = 1e-4  # servers round logprobs to a few digits
 

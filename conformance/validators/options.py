@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from conformance.harness.outcome import Mismatch, mismatch
 from conformance.stream.record import StreamRecord
 from conformance.validators.base import Facts, validator
+from conformance.vocabulary import Mismatch, mismatch
 from lmrpc.v1 import FinishReason, TokenLogprob
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conformance.harness.outcome import Mismatch, mismatch
 from conformance.stream.record import End, StreamRecord
 from conformance.validators.base import Facts, expected_text, validator
+from conformance.vocabulary import Mismatch, mismatch
 
 
 @validator("STREAM-1")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conformance.harness.outcome import Mismatch, mismatch
 from conformance.stream.record import StreamRecord
 from conformance.validators.base import Facts, validator
+from conformance.vocabulary import Mismatch, mismatch
 from lmrpc.v1 import FinishReason
 
 

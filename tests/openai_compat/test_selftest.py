@@ -13,7 +13,8 @@ import pytest
 from zoo_process import start_zoo
 from zoo_scope import SCOPE, scope_args
 
-from conformance.spec.registry import all_cases, matches
+from conformance.cases import all_cases
+from conformance.spec.registry import matches
 
 from .mutants import MUTANTS
 from .proxy import Mutant

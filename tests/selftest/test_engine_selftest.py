@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from zoo_scope import SCOPE, scope_args
 
+from conformance.cases import all_cases
 from conformance.spec.coverage import CLASSES
-from conformance.spec.registry import all_cases, matches
+from conformance.spec.registry import matches
 from reference_server.smg_gateway import free_port
 from reference_server.testing import ServerProcess
 

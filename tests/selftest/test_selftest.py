@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from zoo_scope import SCOPE, scope_args
 
+from conformance.cases import all_cases
 from conformance.spec.coverage import CLASSES
-from conformance.spec.registry import all_cases, matches
+from conformance.spec.registry import matches
 
 from .lanes import KNOWN_FAILURES, Lane, Outcome, _cases, run_harness, triggered
 from .mutants import MUTANTS, Mutant

@@ -9,12 +9,12 @@ from typing import Any
 from conformance.drivers.openai.exchange import Api, Exchange, OpenAIRequest
 from conformance.drivers.openai.support import Support
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseFailed, Mismatch
 from conformance.search.openai import body_for
 from conformance.spec.clauses import Level
 from conformance.spec.protocols import HTTP_PROTOCOLS
 from conformance.spec.registry import Body, Variant, case
 from conformance.validators.openai import Answer
+from conformance.vocabulary import CaseFailed, Mismatch
 
 LONG_PROMPT = "Count from one to one hundred in words, separated by commas:"
 CHAT_PROMPT = "Write a short story about a lighthouse keeper."

@@ -27,12 +27,12 @@ from conformance.cases.openai._common import (
 from conformance.cases.openai.pool import request_repro
 from conformance.drivers.openai.exchange import OpenAIRequest
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseFailed, Mismatch, mismatch
 from conformance.harness.session import Session
 from conformance.search.openai import openai_requests
 from conformance.search.property import profile, run_property, search
 from conformance.spec.clauses import SHOULD
 from conformance.validators.openai import LOGPROB_SLACK, Answer
+from conformance.vocabulary import CaseFailed, Mismatch, mismatch
 
 PAIRS = "openai-pairs"
 MULTIBYTE = ("日本語で答えてください。", "Emoji test 🙂🚀", "Ελληνικά κείμενα", "Réponds en français :")

@@ -16,7 +16,7 @@ from os.path import commonpath
 from conformance.cases.openai._common import LONG_PROMPT, answered, apis, make, openai_case, refused
 from conformance.drivers.openai.exchange import Api, End, OpenAIRequest
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
+from conformance.vocabulary import CaseSkipped
 
 SHORT_TOKENS = 8
 ABANDONED_TOKENS = 1024  # what each abandoned stream asked for: ~128x a short request's work

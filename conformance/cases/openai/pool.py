@@ -15,12 +15,12 @@ from conformance.drivers.openai.calls import HttpCall
 from conformance.drivers.openai.exchange import OpenAIRequest
 from conformance.drivers.openai.support import Support
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseFailed, Mismatch, Repro
 from conformance.harness.session import Session
 from conformance.report.http_repro import http_script
 from conformance.search.openai import openai_requests
 from conformance.search.property import profile, run_property, search
 from conformance.validators.openai import CLAUSES, Answer, judge
+from conformance.vocabulary import CaseFailed, Mismatch, Repro
 
 POOL = "openai-pool"
 

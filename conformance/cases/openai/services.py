@@ -9,8 +9,8 @@ from conformance.drivers.openai.discover import list_models
 from conformance.drivers.openai.support import PROBES, State, base_probe
 from conformance.drivers.openai.view import view_of
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.spec.registry import Variant
+from conformance.vocabulary import CaseSkipped
 
 
 @openai_case("SVC-1")

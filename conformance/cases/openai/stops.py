@@ -8,8 +8,8 @@ from __future__ import annotations
 from conformance.cases.openai._common import answered, apis, make, openai_case, support
 from conformance.drivers.openai.exchange import Api, OpenAIRequest
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.spec.registry import Variant
+from conformance.vocabulary import CaseSkipped
 
 STOP_PROMPT = "Once upon a time"
 TEXT_TOKENS = 24

@@ -7,8 +7,8 @@ from __future__ import annotations
 from conformance.cases.openai._common import LONG_PROMPT, answered, apis, make, openai_case, support
 from conformance.drivers.openai.discover import count_tokens
 from conformance.harness.context import Ctx
-from conformance.harness.outcome import CaseSkipped
 from conformance.validators.openai import CHECKS, usage_numbers
+from conformance.vocabulary import CaseSkipped
 
 N2_PROMPTS = (LONG_PROMPT, "List the days of the week, then the months of the year:", "1, 2, 3, 4, 5,")
 N2_MAX_TOKENS = 8

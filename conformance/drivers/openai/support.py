@@ -21,7 +21,7 @@ from typing import Any
 
 from conformance.drivers.openai.exchange import Api, Exchange, OpenAIRequest
 from conformance.drivers.openai.view import CompletionView, view_of
-from conformance.harness.outcome import CaseSkipped
+from conformance.vocabulary import CaseSkipped
 
 CHAT_PROBE: dict[str, Any] = {
     "messages": [{"role": "user", "content": "Count from one to ten in words."}],

@@ -25,7 +25,7 @@ from conformance.drivers.openai.discover import (
 from conformance.drivers.openai.exchange import Exchange, OpenAIRequest
 from conformance.drivers.openai.runtime_transport import client_for
 from conformance.drivers.openai.support import Support, learn
-from conformance.harness.target import TargetInfo
+from conformance.vocabulary import TargetInfo
 from lmrpc.v1 import Capabilities, ModelInfo, ServerInfo
 
 PROBE_TEXT = "Hello"

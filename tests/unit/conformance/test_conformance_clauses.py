@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conformance.cases import all_cases
 from conformance.spec.clauses import CLAUSES, MUST, parse_contract, revision_of
-from conformance.spec.registry import all_cases
 from lmrpc import CONTRACT_REVISION
 
 CONTRACT = Path(__file__).resolve().parents[3] / "docs" / "contract.md"

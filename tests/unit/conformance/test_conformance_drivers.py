@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
+from conformance.cases import all_cases
 from conformance.drivers import Promises, SglangSchedulerDriver, VllmEngineDriver, make_driver
 from conformance.drivers.bundle import Bundle
 from conformance.drivers.normalize import Normalizer
-from conformance.harness.target import TargetInfo
 from conformance.spec.clauses import CLAUSES
 from conformance.spec.profiles import PROFILES
-from conformance.spec.registry import REGISTRY, all_cases
+from conformance.spec.registry import REGISTRY
 from conformance.stream.record import Event, Finding, StreamRecord, event_kind
 from conformance.validators import validate
 from conformance.validators.base import Facts
+from conformance.vocabulary import TargetInfo
 from lmrpc._gen.sglang.grpc import scheduler as sglang
 from lmrpc._gen.vllm.grpc import engine as vllm
 from lmrpc.v1 import (

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.spec.registry import all_cases, case, check_requirement, expand_patterns, matches, select
+from conformance.cases import all_cases
+from conformance.spec.registry import case, check_requirement, expand_patterns, matches, select
 
 
 def ids(**kw: object) -> set[str]:

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance.harness.context import Call
-from conformance.harness.outcome import CaseResult, Mismatch, Repro, Verdict
+from conformance.cases import all_cases
 from conformance.report.baseline import Baseline, BaselineError
 from conformance.report.files import junit_xml, write_json
 from conformance.report.model import RunReport, badge, exit_code
 from conformance.report.repro import script
 from conformance.spec.clauses import CONTRACT_REVISION
-from conformance.spec.registry import all_cases
+from conformance.vocabulary import Call, CaseResult, Mismatch, Repro, Verdict
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria
 
 

@@ -6,9 +6,9 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from conformance.harness.outcome import Verdict
 from conformance.spec.clauses import CLAUSES
 from conformance.spec.registry import Case
+from conformance.vocabulary import Verdict
 
 
 async def _never_called(ctx: Any) -> None:

@@ -8,9 +8,9 @@ import re
 
 from hypothesis import given, settings
 
-from conformance.harness.target import TargetInfo
 from conformance.search.property import CI_PROFILE
 from conformance.search.strategies import invalid_requests, valid_requests
+from conformance.vocabulary import TargetInfo
 from lmrpc.v1 import Capabilities, GenerateRequest, ModelInfo, ServerInfo
 
 FULL = TargetInfo(

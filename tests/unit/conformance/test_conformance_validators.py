@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
-from conformance.harness.target import TargetInfo
 from conformance.stream.record import End, Event, StreamRecord, event_kind
 from conformance.validators import STREAM_CLAUSES
 from conformance.validators.base import VALIDATORS, Facts
 from conformance.validators.options import _rank_problems
+from conformance.vocabulary import TargetInfo
 from lmrpc.v1 import (
     Capabilities,
     EffectiveDefaults,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from conformance.cases import all_cases
 from conformance.cases.openai.compare import difference
 from conformance.drivers.openai.client import OpenAIEndpoint
 from conformance.drivers.openai.exchange import End, Exchange, OpenAIRequest, SseEvent
@@ -18,14 +19,14 @@ from conformance.drivers.openai.runtime_transport import RuntimeOpenAIClient, cl
 from conformance.drivers.openai.support import State, learn
 from conformance.drivers.openai.view import view_of
 from conformance.harness.connect import protocol_of
-from conformance.harness.outcome import CaseResult, Mismatch, Verdict
 from conformance.report.http_repro import http_script
 from conformance.report.implementations import Naming, load_reports, matrix, report_of
 from conformance.report.model import RunReport
 from conformance.spec.profiles import OPENAI, PROFILES
 from conformance.spec.protocols import is_url
-from conformance.spec.registry import all_cases, select
+from conformance.spec.registry import select
 from conformance.validators.openai import CHECKS, Answer, judge
+from conformance.vocabulary import CaseResult, Mismatch, Verdict
 
 CHAT = "chat.completion.chunk"
 

@@ -1,5 +1,8 @@
-"""What a case run produces: a verdict, every mismatch as want/got, and a repro; and the exceptions
-a case body ends with (failed with its mismatches, skipped, or a stream that hung)."""
+"""The harness's vocabulary, which every folder of it speaks and which imports none of them: what a
+target is (``TargetInfo``, what the server says about itself), what a case sends (``Call``, one RPC
+of its transcript) and what it produces (a ``Verdict``, every ``Mismatch`` as want/got, a ``Repro``),
+and the exceptions a case body ends with (failed with its mismatches, skipped, or a stream that
+hung)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+import betterproto2
+
+from lmrpc.v1 import Capabilities, EmbeddingModelInfo, ModelInfo, ServerInfo
+
+HARNESS_VERSION = "0.1.0"
+REPORT_SCHEMA = "lmrpc-conformance/1"
 
 
 class Verdict(StrEnum):
@@ -121,3 +131,52 @@ class RpcTimedOut(Exception):
 
 class StreamHung(Exception):
     """A stream neither ended nor progressed within its budget (a property search stops on it)."""
+
+
+@dataclass(slots=True)
+class TargetInfo:
+    """What the server advertises about itself."""
+
+    server: ServerInfo
+    model: ModelInfo
+    embedding: EmbeddingModelInfo | None
+    kv_tokens_total: int = 0  # from GetLoad at connect time; 0 when the server does not say
+
+    @property
+    def caps(self) -> Capabilities:
+        return self.server.capabilities or Capabilities()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    @property
+    def max_context(self) -> int:
+        return self.model.max_context_tokens
+
+    @property
+    def eos_ids(self) -> list[int]:
+        return list(self.model.eos_token_ids)
+
+    def has(self, requirement: str) -> bool:
+        """Evaluate one requirement: ``tokenize``, ``!stop_strings`` (absent), ``max_outputs>=4``, ``a|b``."""
+        if "|" in requirement:
+            return any(self.has(part) for part in requirement.split("|"))
+        if requirement.startswith("!"):
+            return not self.has(requirement[1:])
+        name, _, minimum = requirement.partition(">=")
+        value = getattr(self.caps, name)
+        return bool(value) if not minimum else int(value) >= int(minimum)
+
+
+@dataclass(slots=True)
+class Call:
+    """One RPC of the transcript. ``t_s`` is relative to the case start."""
+
+    t_s: float
+    service: str  # "control" | "inference"
+    method: str  # the stub's method name, e.g. "abort", "generate"
+    request: betterproto2.Message
+    deadline_s: float | None = None
+    cancel_after: int | None = None  # Generate: the client cancelled after this many messages
+    outcome: str = ""

@@ -19,12 +19,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from conformance.cases import all_cases
 from conformance.drivers import Promises
 from conformance.drivers.detect import DetectionError
 from conformance.drivers.openai.target import HttpOptions, HttpTarget
 from conformance.harness.connect import AnyEndpoint, connect, parse_endpoint, protocol_of, wait_until_ready
 from conformance.harness.otlp import SpanReceiver
-from conformance.harness.outcome import CaseResult, Verdict
 from conformance.harness.runner import Progress, run_all
 from conformance.harness.session import Budgets, ServerAccess, Session, Tuning
 from conformance.harness.target import Credentials, TlsOptions
@@ -37,7 +37,8 @@ from conformance.report.model import EXIT_FAIL, EXIT_INFRA, EXIT_OK, RunReport, 
 from conformance.search.property import CI_PROFILE, EXPLORE_PROFILE
 from conformance.spec.clauses import CLAUSES
 from conformance.spec.profiles import PROFILES
-from conformance.spec.registry import Case, all_cases, expand_patterns, select
+from conformance.spec.registry import Case, expand_patterns, select
+from conformance.vocabulary import CaseResult, Verdict
 
 
 class UsageError(Exception):
@@ -72,7 +73,7 @@ def _profile(args: argparse.Namespace) -> tuple[str, int | None]:
 
 def list_cases(args: argparse.Namespace) -> int:
     if args.coverage:
-        return list_coverage(args)
+        return list_coverage(args, all_cases())
     if args.protocol:
         return list_profile(args)
     cases = select(
@@ -349,7 +350,8 @@ async def run(args: argparse.Namespace) -> int:
         },
     )
     console = Console(highlight=False)
-    bar, progress = progress_bar(console, len(cases))
+    bar, on_start, on_result = progress_bar(console, len(cases))
+    progress = Progress(on_start, on_result)
     started = time.monotonic()
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()

@@ -1,0 +1,201 @@
+"""``openai``: the OpenAI-compatible HTTP API."""
+
+from __future__ import annotations
+
+from conformance.spec.profiles.base import ENGINE_ONLY, NOT_RUNTIME, Profile, na, reads
+
+NO_HTTP = "the OpenAI API has no such thing"
+NOT_HTTP_WIRE = "a gRPC wire rule: HTTP/1.1 and JSON carry nothing like it"
+
+# The OpenAI-compatible HTTP API (chat and legacy completions, streamed as server-sent events and
+# not). Its cases are its own (conformance/cases/openai/); what a server supports is learned by
+# asking it (drivers/openai/support.py). Where OpenAI's API reference leaves a rule open the reading
+# says so and its case is SHOULD or absent.
+OPENAI = Profile(
+    "openai",
+    "OpenAI-compatible HTTP",
+    {
+        "SVC-1": reads(
+            "`/v1/models` lists the model (`object` list, entries `object` model); chat and completions answer"
+        ),
+        "SVC-2": na("no standard health or reflection: `/health` is each server's own"),
+        "SVC-3": na("no contract revision"),
+        "VER-1": na("a rule for lmrpc.v1's proto files"),
+        "REQ-1": reads(
+            "`messages: []`, or a body without `messages` or `prompt`, is a 4xx with an error object"
+        ),
+        "REQ-2": reads(
+            "every chunk of a stream carries the same non-empty `id`, and `object` is `chat.completion.chunk` "
+            "(`text_completion` for completions); a body's `object` is `chat.completion` / `text_completion`"
+        ),
+        "REQ-3": na("no request ids"),
+        "REQ-4": na("no request ids"),
+        "REQ-5": reads("a token-id prompt (completions) with an id no vocabulary has (2³¹−1) is a 4xx"),
+        "REQ-6": reads("a `max_tokens` no context window holds (10⁹) is a 4xx, as OpenAI answers it"),
+        "REQ-7": na("capacity is not advertised"),
+        "REQ-8": na("the server's chat template and tokenization are not observable through the API"),
+        "SAMPLE-1": reads(
+            "`temperature: 0` is greedy: with `logprobs`, every chosen token is the first of its `top_logprobs`"
+        ),
+        "SAMPLE-2": reads(
+            "SHOULD here (OpenAI's API promises no determinism): the same greedy request gives the same text, "
+            "and the `n` choices of a greedy request are equal. The cases that compare two calls run only where "
+            "the harness saw greedy decoding repeat (or `--assume deterministic_greedy`)"
+        ),
+        "SAMPLE-3": reads(
+            "SHOULD here (`seed` is best effort in OpenAI's API): the same `seed` gives the same text"
+        ),
+        "SAMPLE-4": na("the seed in effect is not reported"),
+        "SAMPLE-6": reads("with `temperature` 1 the `n` choices of a request differ"),
+        "SAMPLE-5": reads(
+            "a value outside OpenAI's documented range (`temperature` < 0, `top_p` outside [0, 1], `n` < 1, "
+            "`max_tokens` < 1, penalties outside [−2, 2], `top_logprobs` outside [0, 20], a wrong JSON type) "
+            "is a 4xx with an error object, never a 2xx or 5xx"
+        ),
+        "SAMPLE-7": na("`top_k` is not part of OpenAI's API"),
+        "SAMPLE-8": na("OpenAI's API has none of these options"),
+        "STREAM-1": reads(
+            "chat: each choice's first chunk carries `delta.role` `assistant`, and no later chunk another role; "
+            "a body's `message.role` is `assistant`"
+        ),
+        "STREAM-2": reads(
+            "under greedy decoding the deltas of a choice concatenate to exactly the non-streamed text: "
+            "never a repeat or a cumulative text"
+        ),
+        "STREAM-3": reads("every `choices[].index` is an integer in [0, n)"),
+        "STREAM-4": na("token ids are not carried: STREAM-2 compares with the non-streamed text instead"),
+        "STREAM-5": reads(
+            "no delta carries U+FFFD where the non-streamed text has none (a character split across chunks)"
+        ),
+        "STREAM-6": reads(
+            "no cross-talk: concurrent greedy streams each give their own text (the one their request gives "
+            "alone, or at least closer to it than to any other's), under ids of their own"
+        ),
+        "STREAM-7": reads(
+            "`logprobs`: one entry per token (a choice that ended `length` has `max_tokens` of them; with a stop "
+            "string the stop's tokens may be left out), each `logprob` ≤ 0, `top_logprobs` of the asked length "
+            "sorted by logprob (legacy completions: a dict of at most the asked length)"
+        ),
+        "STREAM-8": na("no final_only: stream=false is compared by STREAM-2"),
+        "STREAM-10": na(NO_HTTP),
+        "STREAM-11": na("without token ids a held-back character cannot be told from a slow one"),
+        "FINISH-1": reads(
+            "exactly one non-null `finish_reason` per choice, and no content for a choice after it"
+        ),
+        "FINISH-2": reads(
+            "the last tokens are never lost: under greedy decoding a stream's text is never a proper prefix "
+            "of the non-streamed text (the tokens of the finishing chunk kept)"
+        ),
+        "FINISH-3": reads(
+            "`data: [DONE]` ends every stream and nothing follows it; a body is one complete JSON object"
+        ),
+        "FINISH-4": reads(
+            "`finish_reason` is one of stop, length, tool_calls, content_filter, function_call"
+        ),
+        "FINISH-5": reads("a choice that ended at a stop string reads `stop`"),
+        "FINISH-6": reads(
+            "`length` only when the choice's tokens reached `max_tokens`, and never beyond (judged where usage "
+            "counts one choice: n = 1)"
+        ),
+        "FINISH-7": na("no abort"),
+        "USAGE-1": reads(
+            "a body carries `usage` with total = prompt + completion; with `stream_options.include_usage` exactly "
+            "one chunk carries `usage`, the last before `[DONE]`, with empty `choices` (every other chunk's "
+            "usage null); without it OpenAI says nothing"
+        ),
+        "USAGE-2": reads(
+            "`prompt_tokens` counts the prompt once: the same for n = 1 and n = 2, streamed and not"
+        ),
+        "USAGE-3": reads(
+            "`completion_tokens` is the sum over choices (judged where every choice's count is known: "
+            "`max_tokens` for a choice that ended `length`)"
+        ),
+        "USAGE-4": reads("`prompt_tokens_details.cached_tokens`, where present, ≤ `prompt_tokens`"),
+        "USAGE-5": reads(
+            "no choice has more than `max_tokens` tokens; `completion_tokens` ≤ n · `max_tokens`"
+        ),
+        "USAGE-6": reads("with `--assume prefix_cache`: the same prompt again reports `cached_tokens` > 0"),
+        "USAGE-7": na("no cache flush in the API"),
+        "STOP-1": reads("a stop string never appears in a choice's content, also across chunk boundaries"),
+        "STOP-2": reads(
+            "a choice ends at the first occurrence of a stop string: its text is the greedy text without "
+            "stop, cut where the stop string starts"
+        ),
+        "STOP-3": na("no stop token ids in OpenAI's API"),
+        "STOP-4": na("no `ignore_eos` in OpenAI's API; a natural end reads `stop` (FINISH-5)"),
+        "STOP-5": na("no `min_tokens` in OpenAI's API"),
+        "STOP-6": reads("a stop string that starts inside a token cuts the text exactly where it starts"),
+        "STOP-7": na("the stop string is never part of the content in OpenAI's API"),
+        "N-1": reads("`n` choices with indices exactly 0 … n−1 (each finished once: FINISH-1)"),
+        "N-2": reads(
+            "n = 2 charges the prompt once and both choices' tokens: two `length` choices of `max_tokens` "
+            "each report 2 · `max_tokens`"
+        ),
+        "ABORT-1": na("no abort: a client closes its connection (CANCEL-1)"),
+        "ABORT-2": na("no abort"),
+        "ABORT-3": na("no load report: CANCEL-1 judges by what a burst after the disconnect meets"),
+        "ABORT-4": na("no abort"),
+        "ABORT-5": na("no abort"),
+        "ABORT-6": na("no abort"),
+        "ABORT-7": na("no abort"),
+        "CANCEL-1": reads(
+            "a client that closes its connection mid-stream frees the server: a burst at the server's "
+            "parallelism right after is served as fast as one before (not after the abandoned streams' length)"
+        ),
+        "CANCEL-2": na("no deadlines on the wire"),
+        "CANCEL-3": reads("a stream closed by its client never changes a concurrent greedy stream's text"),
+        "ERR-1": reads(
+            "an invalid request is a 4xx with an OpenAI error object (`error.message`), also when it asked to "
+            "stream: never a 2xx, a 5xx or an event stream"
+        ),
+        "ERR-2": reads(
+            "a stream that ends without `[DONE]` sent an `error` event first (never a silent truncation)"
+        ),
+        "ERR-3": reads("the error's `param` or `message` names the offending field"),
+        "ERR-4": reads("an unknown path, or a model the server does not list, is a 404 with an error object"),
+        "ERR-5": reads(
+            "after bad requests of every kind (a body that is not JSON included) the next valid request is answered"
+        ),
+        "MALFORMED-1": reads(
+            "a body that is not JSON, or a field of the wrong JSON type, is a 4xx with an error object"
+        ),
+        "MALFORMED-2": na(
+            "OpenAI itself refuses unknown parameters (400) while most servers ignore them: the API leaves it open"
+        ),
+        "MALFORMED-3": na(NOT_HTTP_WIRE),
+        "MALFORMED-4": na(NOT_HTTP_WIRE),
+        "CAP-1": reads(
+            "an optional parameter (`n`, `logprobs`, `stream_options.include_usage`, `echo`, `stream`) is "
+            "honoured or refused with a 4xx, never accepted and ignored"
+        ),
+        "CAP-2": na("nothing is advertised: CAP-1 learns it"),
+        "CAP-3": na("nothing is advertised"),
+        "CAP-5": na("no limits are advertised"),
+        "HEALTH-1": na("no standard health check"),
+        "HEALTH-2": na("no standard health check"),
+        "LOAD-1": na("no load report"),
+        "TOK-1": reads(
+            "where the server has a tokenizer endpoint (`/tokenize`: llama.cpp, vLLM, SGLang; smg's "
+            "`/v1/tokenize`), a completion's `prompt_tokens` is its count of the prompt (with or without the "
+            "special tokens it adds)"
+        ),
+        "TOK-2": na("no standard detokenize endpoint"),
+        "EMBED-1": na("the profile covers chat and completions"),
+        "EMBED-2": na("the profile covers chat and completions"),
+        "EMBED-3": na("the profile covers chat and completions"),
+        "LIFE-3": na("no pause"),
+        "FLOW-1": reads(
+            "a client that stops reading a stream never delays other requests (they are served as fast as "
+            "before it)"
+        ),
+        "FLOW-2": na("no stall timeout is advertised"),
+        "AUTH-1": reads(
+            "with `--api-key`: a call without it, or with another key, is a 401 with an error object"
+        ),
+        "AUTH-2": na("no admin calls"),
+        "AUTH-3": na("no request ids"),
+        **{f"SMG-{i}": na(ENGINE_ONLY) for i in range(1, 7)},
+        **NOT_RUNTIME,
+    },
+    otherwise=na("not part of the OpenAI profile"),
+)

@@ -1,0 +1,69 @@
+"""``vllm-engine``: vllm.grpc.engine.VllmEngine, smg's vLLM worker protocol."""
+
+from __future__ import annotations
+
+from conformance.spec.profiles.base import Profile, na, reads
+from conformance.spec.profiles.engine import ENGINE, ENGINE_CASES
+
+VLLM_ENGINE = Profile(
+    "vllm-engine",
+    "vllm.grpc.engine (smg)",
+    {
+        **ENGINE,
+        "REQ-2": na("vLLM's responses carry no request id"),
+        "SAMPLE-1": reads(
+            "presence kept for temperature, max_tokens and seed; 0 reads as unset for top_p, top_k, min_p, the "
+            "penalties, n and min_tokens; defaults are default_sampling_params_json's"
+        ),
+        "SAMPLE-3": reads(
+            "with `--assume seeded_sampling`; the seed is an int32 (the driver sends lmrpc's seed mod 2³¹)"
+        ),
+        "SAMPLE-5": reads(
+            "the ranges vLLM checks that the protocol can express (0 reads as unset for top_p and "
+            "repetition_penalty, vLLM puts no upper bound on repetition_penalty, nothing is advertised)"
+        ),
+        "SAMPLE-6": reads("with `--assume seeded_sampling`"),
+        "STREAM-2": reads(
+            "chunks carry only new ids (smg's ChunkSemantics::Delta, proto_wrapper.rs): an output's chunks add "
+            "up to its tokens, never more than max_tokens (a stream has no total to compare with)"
+        ),
+        "STREAM-6": reads(
+            "responses carry no id: checked by content (concurrent greedy requests give what each gives alone)"
+        ),
+        "STREAM-8": reads(
+            "stream=false: one complete per output with all its output_ids (smg collects only the completes, "
+            "response_collection.rs); a greedy or seeded result equals the streamed one"
+        ),
+        "FINISH-2": reads(
+            "every token reaches a chunk before its output's complete (smg streams chunk ids only); a streaming "
+            "complete's output_ids (empty, or the last delta as vLLM's servicer sends) carry no id no chunk "
+            "carried, and its completion_tokens is at most what the chunks carried (smg-project/smg#282)"
+        ),
+        "FINISH-4": reads(
+            'finish_reason is "stop", "length" or "abort" ("error" is a failure dressed as a finish: ERR-2)'
+        ),
+        "USAGE-5": reads(
+            "a chunk's completion_tokens is its own id count (delta: smg counts the chunks' ids); stream=false, "
+            "a complete's is its output_ids' count; ≤ max_tokens, ≥ min_tokens"
+        ),
+        "ABORT-1": na(
+            "Abort answers nothing per id (AbortResponse is empty), and an empty id list is a no-op"
+        ),
+        "ABORT-2": reads(
+            "(Abort reports no outcome) the stream ends promptly: every unfinished output gets a complete "
+            '"abort" counting the tokens delivered; status OK. No tail is counted after the Abort: nothing '
+            "advertises how many tokens a server keeps for a slow reader, so such a count would measure the "
+            "harness's reading, not the server"
+        ),
+        "ABORT-6": reads("an Abort that overtakes its Generate still wins (Abort reports no outcome)"),
+        "SMG-4": reads(
+            "on a vLLM port, SGLang's HealthCheck (which smg probes first) answers a non-OK status"
+        ),
+    },
+    {
+        **ENGINE_CASES,
+        "SAMPLE-5[top_p=0]": na("top_p = 0 reads as unset"),
+        "SAMPLE-5[repetition_penalty=11]": na("vLLM puts no upper bound on repetition_penalty"),
+        "SAMPLE-5[top_logprobs-without-return_logprobs]": na("one logprobs field: a count means logprobs on"),
+    },
+)
