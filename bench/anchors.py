@@ -336,7 +336,7 @@ def print_memory(memory: dict[str, dict[str, float]]) -> None:
         print(f"| {name} | " + " | ".join(f"{by_phase[phase]:.0f}" for phase in phases) + " |")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -358,7 +358,95 @@ def main() -> None:
     parser.add_argument("--skip-q4", action="store_true", help="no llama.cpp Q4_1 server")
     parser.add_argument("--build", action="store_true", help="build llama-server if it is missing")
     parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def start_targets(
+    stack: ExitStack, args: argparse.Namespace, binary: Path, gguf: Path, bf16: Path, context: int
+) -> list[Target]:
+    """lmrpc (and lmrpc with --lmrpc-extra), llama.cpp on the Q4_1 GGUF and on its bf16 copy."""
+    concurrency = [int(c) for c in args.concurrency.split(",")]
+    lmrpc_args = ["--threads", str(args.threads), "--no-embedding", "--kv-tokens", "32768"]
+    lmrpc_args += ["--max-running", str(max(64, *concurrency))]
+    targets: list[Target] = []
+
+    def start_lmrpc(name: str, extra: list[str]) -> None:
+        server = ServerProcess(engine="model", args=(*lmrpc_args, *extra), startup_timeout_s=600)
+        targets.append(LmrpcTarget(name, stack.enter_context(server)))
+
+    def start_llama(name: str, model: Path) -> None:
+        server = LlamaServer(binary, model, threads=args.threads, slots=max(concurrency), context=context)
+        targets.append(LlamaTarget(name, stack.enter_context(server)))
+
+    start_lmrpc("lmrpc", [])
+    if args.lmrpc_extra:
+        start_lmrpc("lmrpc " + args.lmrpc_extra, shlex.split(args.lmrpc_extra))
+    if not args.skip_q4:
+        start_llama("llama.cpp Q4_1", gguf)
+    start_llama("llama.cpp bf16", bf16)
+    return targets
+
+
+def print_sample(sample: Sample) -> None:
+    print(
+        f"  round {sample.round} {sample.setting:<14} {sample.target:<22} {sample.tokens_per_s:8.1f} tok/s  "
+        f"TTFT p50 {sample.ttft_p50_ms:8.1f} ms  p99 {sample.ttft_p99_ms:8.1f} ms  "
+        f"load {sample.load_average:.2f}",
+        flush=True,
+    )
+
+
+def measure_streams(
+    targets: list[Target], prompts: list[list[int]], args: argparse.Namespace, samples: list[Sample]
+) -> dict[str, dict[str, float]]:
+    """Decode tok/s and TTFT at each concurrency, round by round, the targets taking turns; returns
+    each target's memory idle and at the end of each window."""
+    for target in targets:  # warm up every server (first-call allocations, page faults)
+        asyncio.run(streams(target, prompts, 2, 16, 0.0, 2.0))
+    time.sleep(2.0)
+    memory = {t.name: {"idle": tree_pss_mb(t.pid)} for t in targets}
+    for r in range(args.rounds):
+        for c in [int(c) for c in args.concurrency.split(",")]:
+            for target in targets:
+                run = streams(target, prompts, c, args.max_tokens, args.warmup, args.seconds)
+                tps, ttfts, n, memory_mb = asyncio.run(run)
+                memory[target.name][f"{c} streams"] = max(
+                    memory_mb, memory[target.name].get(f"{c} streams", 0.0)
+                )
+                p50 = statistics.median(ttfts) * 1000 if ttfts else float("nan")
+                p99 = percentile(ttfts, 0.99) * 1000
+                samples.append(Sample(target.name, f"streams={c}", r, tps, p50, p99, n, os.getloadavg()[0]))
+                print_sample(samples[-1])
+    return memory
+
+
+def measure_long_prompts(
+    targets: list[Target], tokenizer: TokenizerBundle, args: argparse.Namespace, samples: list[Sample]
+) -> None:
+    """TTFT of each --prefill length, then decode tok/s after each --context length."""
+    for r in range(args.prefill_rounds):
+        for length in [int(n) for n in args.prefill.split(",") if n]:
+            prompt = long_prompt(tokenizer, length, salt=r)
+            for target in targets:
+                ttft = asyncio.run(first_token(target, prompt)) * 1000
+                samples.append(
+                    Sample(target.name, f"prefill={length}", r, 0.0, ttft, ttft, 1, os.getloadavg()[0])
+                )
+                print_sample(samples[-1])
+    for r in range(args.prefill_rounds):
+        for length in [int(n) for n in args.context.split(",") if n]:
+            prompt = long_prompt(tokenizer, length, salt=1000 + r)
+            for target in targets:
+                ttft_s, tps = asyncio.run(long_context_decode(target, prompt, args.context_tokens))
+                ms = ttft_s * 1000
+                samples.append(
+                    Sample(target.name, f"context={length}", r, tps, ms, ms, 1, os.getloadavg()[0])
+                )
+                print_sample(samples[-1])
+
+
+def main() -> None:
+    args = parse_args()
     concurrency = [int(c) for c in args.concurrency.split(",")]
     prefill_lengths = [int(n) for n in args.prefill.split(",") if n]
     context_lengths = [int(n) for n in args.context.split(",") if n]
@@ -376,70 +464,15 @@ def main() -> None:
     if args.lmrpc_extra:
         weight_bytes["lmrpc " + args.lmrpc_extra] = lmrpc_weight_bytes(shlex.split(args.lmrpc_extra))
     weight_bytes["llama.cpp Q4_1"] = Path(source.path).stat().st_size
-    lmrpc_args = ["--threads", str(args.threads), "--no-embedding", "--kv-tokens", "32768"]
-    lmrpc_args += ["--max-running", str(max(64, *concurrency))]
     print(f"llama-server: {binary}\nbf16 GGUF: {bf16}\nthreads {args.threads}, max_tokens {args.max_tokens}, "
           f"window {args.seconds}s after {args.warmup}s, {args.rounds} rounds, {os.cpu_count()} cores")  # fmt: skip
 
     samples: list[Sample] = []
     with ExitStack() as stack:
-        targets: list[Target] = []
-
-        def start_lmrpc(name: str, extra: list[str]) -> None:
-            server = ServerProcess(engine="model", args=(*lmrpc_args, *extra), startup_timeout_s=600)
-            targets.append(LmrpcTarget(name, stack.enter_context(server)))
-
-        def start_llama(name: str, model: Path) -> None:
-            server = LlamaServer(binary, model, threads=args.threads, slots=max(concurrency), context=context)
-            targets.append(LlamaTarget(name, stack.enter_context(server)))
-
-        start_lmrpc("lmrpc", [])
-        if args.lmrpc_extra:
-            start_lmrpc("lmrpc " + args.lmrpc_extra, shlex.split(args.lmrpc_extra))
-        if not args.skip_q4:
-            start_llama("llama.cpp Q4_1", Path(source.path))
-        start_llama("llama.cpp bf16", bf16)
-        names = [t.name for t in targets]
-
-        def record(sample: Sample) -> None:
-            samples.append(sample)
-            print(
-                f"  round {sample.round} {sample.setting:<14} {sample.target:<22} {sample.tokens_per_s:8.1f} tok/s  "
-                f"TTFT p50 {sample.ttft_p50_ms:8.1f} ms  p99 {sample.ttft_p99_ms:8.1f} ms  "
-                f"load {sample.load_average:.2f}",
-                flush=True,
-            )
-
-        for target in targets:  # warm up every server (first-call allocations, page faults)
-            asyncio.run(streams(target, prompts, 2, 16, 0.0, 2.0))
-        time.sleep(2.0)
-        memory = {t.name: {"idle": tree_pss_mb(t.pid)} for t in targets}
-        for r in range(args.rounds):
-            for c in concurrency:
-                for target in targets:
-                    run = streams(target, prompts, c, args.max_tokens, args.warmup, args.seconds)
-                    tps, ttfts, n, memory_mb = asyncio.run(run)
-                    memory[target.name][f"{c} streams"] = max(
-                        memory_mb, memory[target.name].get(f"{c} streams", 0.0)
-                    )
-                    p50 = statistics.median(ttfts) * 1000 if ttfts else float("nan")
-                    p99 = percentile(ttfts, 0.99) * 1000
-                    record(Sample(target.name, f"streams={c}", r, tps, p50, p99, n, os.getloadavg()[0]))
-        for r in range(args.prefill_rounds):
-            for length in prefill_lengths:
-                prompt = long_prompt(tokenizer, length, salt=r)
-                for target in targets:
-                    ttft = asyncio.run(first_token(target, prompt)) * 1000
-                    record(
-                        Sample(target.name, f"prefill={length}", r, 0.0, ttft, ttft, 1, os.getloadavg()[0])
-                    )
-        for r in range(args.prefill_rounds):
-            for length in context_lengths:
-                prompt = long_prompt(tokenizer, length, salt=1000 + r)
-                for target in targets:
-                    ttft_s, tps = asyncio.run(long_context_decode(target, prompt, args.context_tokens))
-                    ms = ttft_s * 1000
-                    record(Sample(target.name, f"context={length}", r, tps, ms, ms, 1, os.getloadavg()[0]))
+        targets = start_targets(stack, args, binary, Path(source.path), bf16, context)
+        memory = measure_streams(targets, prompts, args, samples)
+        measure_long_prompts(targets, tokenizer, args, samples)
+    names = [t.name for t in targets]
     table = summarize(samples, names)
     print_tables(table, names, args.threads)
     print_limits(table, names, args.threads, bandwidth, weight_bytes)
@@ -448,20 +481,16 @@ def main() -> None:
     print(f"\nload average (1 min) during the run: median {statistics.median(loads):.2f}, "
           f"max {max(loads):.2f} ({os.cpu_count()} cores)")  # fmt: skip
     if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "samples": [asdict(s) for s in samples],
-                    "medians": table,
-                    "read_bandwidth_gbps": bandwidth,
-                    "cpu": cpu_model(),
-                    "lmrpc_kernels": native_kernels_or_why(),
-                    "weight_bytes": weight_bytes,
-                    "memory_pss_mb": memory,
-                },
-                indent=2,
-            )
-        )
+        report = {
+            "samples": [asdict(s) for s in samples],
+            "medians": table,
+            "read_bandwidth_gbps": bandwidth,
+            "cpu": cpu_model(),
+            "lmrpc_kernels": native_kernels_or_why(),
+            "weight_bytes": weight_bytes,
+            "memory_pss_mb": memory,
+        }
+        Path(args.json).write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -91,6 +91,12 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
         help="first wait up to SECONDS for the target to be ready (health SERVING; an OpenAI server "
         "listing its models), instead of failing at once on a server that is still starting",
     )
+    for add_arguments in (_openai_arguments, _run_arguments, _server_arguments, _connection_arguments):
+        add_arguments(parser)
+
+
+def _openai_arguments(parser: argparse.ArgumentParser) -> None:
+    """What an OpenAI-compatible HTTP target needs."""
     openai = parser.add_argument_group("OpenAI-compatible HTTP (--protocol openai)")
     openai.add_argument("--model", metavar="ID", help="the model to use (default: the first of /v1/models)")
     openai.add_argument("--api-key", metavar="KEY", help="sent as Authorization: Bearer KEY (AUTH-1)")
@@ -102,6 +108,10 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
         help="requests the server runs at once, when it does not say (llama.cpp's /props does); "
         "sizes the disconnect and flow cases (default 4)",
     )
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the server promises, and how long and how hard the run tries."""
     parser.add_argument(
         "--assume",
         action="append",
@@ -145,6 +155,10 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
         metavar="N",
         help="cases run concurrently (exclusive cases always run alone; default 4)",
     )
+
+
+def _server_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the harness may reach on the server's side: weights, metrics, hooks, spans."""
     parser.add_argument(
         "--weights-path",
         metavar="PATH",
@@ -178,6 +192,10 @@ def _target(parser: argparse.ArgumentParser, *, required: bool) -> None:
         help="receive the server's OTLP/HTTP spans here (point its exporter at http://HOST:PORT/v1/traces): "
         "TRACE-1 checks that a call's spans continue the caller's W3C traceparent (skipped without it)",
     )
+
+
+def _connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """TLS and credentials."""
     tls = parser.add_argument_group("TLS")
     tls.add_argument("--tls", action="store_true", help="connect with TLS instead of plaintext HTTP/2")
     tls.add_argument("--tls-ca", metavar="FILE", help="CA bundle to verify the server with")

@@ -23,8 +23,35 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         prog="lmrpc-server",
         description="The lmrpc.v1 reference server (gRPC frontend + scheduler + detokenizer).",
     )
+    for add_arguments in (
+        _server_arguments,
+        _engine_arguments,
+        _limit_arguments,
+        _process_arguments,
+        _edge_arguments,
+        _protocol_arguments,
+        _observability_arguments,
+    ):
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.tls_cert:
+        parser.error("--tls-client-ca needs --tls-cert and --tls-key")
+    try:
+        return _config(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+def _server_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where it listens."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=50051, help="0 picks a free port (see --ready-file)")
+
+
+def _engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The engine: which one, its model, its kernels and its sizes."""
     parser.add_argument("--engine", choices=("model", "fake"), default="model")
     parser.add_argument(
         "--model",
@@ -82,6 +109,10 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         "compiler, bfloat16); torch: the torch model; auto (default): native where it runs",
     )
     parser.add_argument("--no-embedding", action="store_true", help="do not load the embedding model")
+
+
+def _limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """What one request, one client and the server may use (ServerInfo.limits)."""
     parser.add_argument(
         "--max-message-bytes",
         type=int,
@@ -133,10 +164,18 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         default=Limits().max_waiting_requests,
         help="requests in flight at once; more get RESOURCE_EXHAUSTED (reported in ServerInfo.limits)",
     )
+
+
+def _process_arguments(parser: argparse.ArgumentParser) -> None:
+    """Start-up, drain, the ready file and the log."""
     parser.add_argument("--drain-timeout", type=float, default=30.0)
     parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--ready-file", default=None, help="write the bound port here once serving")
     parser.add_argument("--log-level", default="INFO")
+
+
+def _edge_arguments(parser: argparse.ArgumentParser) -> None:
+    """TLS and credentials."""
     tls = parser.add_argument_group("TLS (plaintext HTTP/2 without these)")
     tls.add_argument("--tls-cert", metavar="FILE", help="server certificate chain (PEM)")
     tls.add_argument("--tls-key", metavar="FILE", help="private key of --tls-cert (PEM)")
@@ -149,6 +188,10 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         help="require credentials: a file of 'CREDENTIAL ROLE' lines (bearer tokens or cert:COMMON_NAME; "
         "roles client, admin)",
     )
+
+
+def _protocol_arguments(parser: argparse.ArgumentParser) -> None:
+    """The foreign protocols served beside lmrpc.v1, each by its harness id."""
     parser.add_argument(
         "--no-vllm-engine",
         "--no-vllm-dialect",  # the old name, still accepted
@@ -176,6 +219,10 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         "OpenAI JSON pass-through, profiling, weight updates) on this port (0 picks a free one, written "
         "to --ready-file as 'sglang-runtime PORT')",
     )
+
+
+def _observability_arguments(parser: argparse.ArgumentParser) -> None:
+    """Metrics and traces."""
     parser.add_argument(
         "--metrics-port",
         type=int,
@@ -188,58 +235,54 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         help="export a span of every Generate call from the frontend and the scheduler to this OTLP/HTTP "
         "traces endpoint (e.g. http://127.0.0.1:4318/v1/traces), continuing the caller's W3C traceparent",
     )
-    args = parser.parse_args(argv)
-    if bool(args.tls_cert) != bool(args.tls_key):
-        parser.error("--tls-cert and --tls-key go together")
-    if args.tls_client_ca and not args.tls_cert:
-        parser.error("--tls-client-ca needs --tls-cert and --tls-key")
-    try:
-        return ServerConfig(
-            host=args.host,
-            port=args.port,
-            engine=EngineOptions(
-                kind=args.engine,
-                model_path=args.model,
-                fake_token_delay_s=args.fake_token_delay,
-                device=args.device,
-                dtype=args.dtype,
-                kv_tokens=args.kv_tokens,
-                context_length=args.context_length,
-                max_running_sequences=args.max_running,
-                max_batch_tokens=args.max_batch_tokens,
-                attention_backend=args.attention,
-                embedding=not args.no_embedding,
-                num_threads=args.threads,
-                kv_events=not args.no_vllm_engine or args.sglang_scheduler_port is not None,  # for smg only
-                weights=args.weights,
-                kv_cache=args.kv_cache,
-                kernels=args.kernels,
-                cuda_graphs=args.cuda_graphs,
-            ),
-            limits=Limits(
-                max_message_bytes=args.max_message_bytes,
-                max_abort_request_ids=args.max_abort_ids,
-                max_parked_tokens=args.max_parked_tokens,
-                stall_timeout_s=args.stall_timeout,
-                abort_grace_s=args.abort_grace,
-                default_max_tokens=args.default_max_tokens,
-                max_waiting_requests=args.max_waiting_requests,
-            ),
-            startup_timeout_s=args.startup_timeout,
-            drain_timeout_s=args.drain_timeout,
-            ready_file=args.ready_file,
-            log_level=args.log_level.upper(),
-            tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
-            auth_file=args.auth,
-            max_worker_restarts=args.max_worker_restarts,
-            vllm_engine=not args.no_vllm_engine,
-            sglang_scheduler_port=args.sglang_scheduler_port,
-            sglang_runtime_port=args.sglang_runtime_port,
-            metrics_port=args.metrics_port,
-            otlp_endpoint=args.otlp_endpoint,
-        )
-    except ValueError as exc:
-        parser.error(str(exc))
+
+
+def _config(args: argparse.Namespace) -> ServerConfig:
+    """The configuration the parsed flags name (ValueError for values out of range)."""
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        engine=EngineOptions(
+            kind=args.engine,
+            model_path=args.model,
+            fake_token_delay_s=args.fake_token_delay,
+            device=args.device,
+            dtype=args.dtype,
+            kv_tokens=args.kv_tokens,
+            context_length=args.context_length,
+            max_running_sequences=args.max_running,
+            max_batch_tokens=args.max_batch_tokens,
+            attention_backend=args.attention,
+            embedding=not args.no_embedding,
+            num_threads=args.threads,
+            kv_events=not args.no_vllm_engine or args.sglang_scheduler_port is not None,  # for smg only
+            weights=args.weights,
+            kv_cache=args.kv_cache,
+            kernels=args.kernels,
+            cuda_graphs=args.cuda_graphs,
+        ),
+        limits=Limits(
+            max_message_bytes=args.max_message_bytes,
+            max_abort_request_ids=args.max_abort_ids,
+            max_parked_tokens=args.max_parked_tokens,
+            stall_timeout_s=args.stall_timeout,
+            abort_grace_s=args.abort_grace,
+            default_max_tokens=args.default_max_tokens,
+            max_waiting_requests=args.max_waiting_requests,
+        ),
+        startup_timeout_s=args.startup_timeout,
+        drain_timeout_s=args.drain_timeout,
+        ready_file=args.ready_file,
+        log_level=args.log_level.upper(),
+        tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
+        auth_file=args.auth,
+        max_worker_restarts=args.max_worker_restarts,
+        vllm_engine=not args.no_vllm_engine,
+        sglang_scheduler_port=args.sglang_scheduler_port,
+        sglang_runtime_port=args.sglang_runtime_port,
+        metrics_port=args.metrics_port,
+        otlp_endpoint=args.otlp_endpoint,
+    )
 
 
 async def serve(config: ServerConfig) -> int:

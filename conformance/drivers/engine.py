@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 from abc import abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -26,9 +26,9 @@ import betterproto2
 from grpclib import GRPCError, Status
 from grpclib.client import Channel
 from grpclib.const import Cardinality
-from grpclib.metadata import Deadline
 from tokenizers import Tokenizer
 
+from conformance.drivers.adapter import DriverInference, adapts, unsupported, unsupported_error
 from conformance.drivers.base import Discovered, Driver
 from conformance.drivers.bundle import Bundle, BundleError
 from conformance.drivers.normalize import Normalizer
@@ -42,11 +42,7 @@ from lmrpc.v1 import (
     AbortResponse,
     Capabilities,
     ControlServiceStub,
-    DetokenizeRequest,
-    DetokenizeResponse,
     EffectiveDefaults,
-    EmbedRequest,
-    EmbedResponse,
     FlushCacheRequest,
     FlushCacheResponse,
     GenerateRequest,
@@ -60,16 +56,10 @@ from lmrpc.v1 import (
     InferenceServiceStub,
     Load,
     ModelInfo,
-    PauseGenerationRequest,
-    PauseGenerationResponse,
     ResponseOptions,
-    ResumeGenerationRequest,
-    ResumeGenerationResponse,
     ServerInfo,
     ServerLimits,
     TokenIds,
-    TokenizeRequest,
-    TokenizeResponse,
 )
 
 if TYPE_CHECKING:
@@ -351,14 +341,7 @@ class EngineDriver(Driver):
         return EngineControl(channel, self)
 
     def inference(self, channel: Channel) -> InferenceServiceStub:
-        return EngineInference(channel, self)
-
-
-def _unsupported(driver: EngineDriver, rpc: str) -> GRPCError:
-    """What the harness answers, without a call, for an lmrpc.v1 RPC the protocol does not have."""
-    return GRPCError(
-        Status.UNIMPLEMENTED, f"{driver.protocol} has no {rpc} (answered by the conformance driver)"
-    )
+        return DriverInference(channel, self)
 
 
 class EngineControl(ControlServiceStub):
@@ -369,130 +352,42 @@ class EngineControl(ControlServiceStub):
         self.driver = driver
         self.native = driver.stub(channel)
 
+    @adapts
     async def get_server_info(
-        self,
-        message: GetServerInfoRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
+        self, message: GetServerInfoRequest | None, timeout: float | None
     ) -> GetServerInfoResponse:
         return GetServerInfoResponse(server=await self.driver.server_info(self.native, timeout))
 
+    @adapts
     async def get_model_info(
-        self,
-        message: GetModelInfoRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
+        self, message: GetModelInfoRequest | None, timeout: float | None
     ) -> GetModelInfoResponse:
         return GetModelInfoResponse(model=await self.driver.model_info(self.native, timeout))
 
-    async def get_load(
-        self,
-        message: GetLoadRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> GetLoadResponse:
+    @adapts
+    async def get_load(self, message: GetLoadRequest | None, timeout: float | None) -> GetLoadResponse:
         return GetLoadResponse(current=await self.driver.load(self.native, timeout))
 
-    async def abort(
-        self,
-        message: AbortRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> AbortResponse:
+    @adapts
+    async def abort(self, message: AbortRequest | None, timeout: float | None) -> AbortResponse:
         if message is None or message.request_ids is None:
-            raise _unsupported(self.driver, "Abort of all requests")
+            raise unsupported_error(self.driver.protocol, "Abort of all requests")
         ids = list(dict.fromkeys(message.request_ids.ids))
         return AbortResponse(outcomes=await self.driver.native_abort(self.native, ids, timeout))
 
+    @adapts
     async def flush_cache(
-        self,
-        message: FlushCacheRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
+        self, message: FlushCacheRequest | None, timeout: float | None
     ) -> FlushCacheResponse:
         reply = await self.native.flush_cache(NativeFlushCacheRequest(timeout_s=0.0), timeout=timeout)
         if not reply.success:
             raise GRPCError(Status.FAILED_PRECONDITION, f"FlushCache: {reply.message}")
         return FlushCacheResponse()
 
-    async def tokenize(
-        self,
-        message: TokenizeRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> TokenizeResponse:
-        raise _unsupported(self.driver, "Tokenize")
+    tokenize = unsupported("Tokenize")
 
-    async def detokenize(
-        self,
-        message: DetokenizeRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> DetokenizeResponse:
-        raise _unsupported(self.driver, "Detokenize")
+    detokenize = unsupported("Detokenize")
 
-    async def pause_generation(
-        self,
-        message: PauseGenerationRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> PauseGenerationResponse:
-        raise _unsupported(self.driver, "PauseGeneration")
+    pause_generation = unsupported("PauseGeneration")
 
-    async def resume_generation(
-        self,
-        message: ResumeGenerationRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> ResumeGenerationResponse:
-        raise _unsupported(self.driver, "ResumeGeneration")
-
-
-class EngineInference(InferenceServiceStub):
-    """lmrpc.v1's InferenceService through an engine protocol: Generate as normalised events
-    (what a repro script replays), no Embed."""
-
-    def __init__(self, channel: Channel, driver: EngineDriver) -> None:
-        super().__init__(channel)
-        self.driver = driver
-
-    async def generate(
-        self,
-        message: GenerateRequest,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> AsyncIterator[GenerateResponse]:
-        findings: list[Finding] = []
-        events = self.driver.events(self.channel, self.driver.express(message), timeout, findings, metadata)
-        async for decoded in events:
-            yield decoded.message
-
-    async def embed(
-        self,
-        message: EmbedRequest,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> EmbedResponse:
-        raise _unsupported(self.driver, "Embed through the harness")
+    resume_generation = unsupported("ResumeGeneration")

@@ -26,7 +26,7 @@ no advertised capability: what the server promises beyond the protocol comes fro
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from grpclib import GRPCError, Status
 from grpclib.client import Channel
 from grpclib.const import Cardinality
-from grpclib.metadata import Deadline
 
+from conformance.drivers.adapter import DriverInference, adapts, unsupported_error
 from conformance.drivers.base import Discovered, Driver
 from conformance.drivers.engine import (
     DEADLINE_STATUSES,
@@ -58,8 +58,6 @@ from lmrpc.v1 import (
     DetokenizeRequest,
     DetokenizeResponse,
     EffectiveDefaults,
-    EmbedRequest,
-    EmbedResponse,
     FlushCacheRequest,
     FlushCacheResponse,
     GenerateRequest,
@@ -527,13 +525,7 @@ class SglangRuntimeDriver(Driver):
         return RuntimeControl(channel, self)
 
     def inference(self, channel: Channel) -> InferenceServiceStub:
-        return RuntimeInference(channel, self)
-
-
-def _unsupported(rpc: str) -> GRPCError:
-    return GRPCError(
-        Status.UNIMPLEMENTED, f"sglang-runtime has no {rpc} (answered by the conformance driver)"
-    )
+        return DriverInference(channel, self)
 
 
 class RuntimeControl(ControlServiceStub):
@@ -544,48 +536,28 @@ class RuntimeControl(ControlServiceStub):
         self.driver = driver
         self.native = driver.stub(channel)
 
+    @adapts
     async def get_server_info(
-        self,
-        message: GetServerInfoRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
+        self, message: GetServerInfoRequest | None, timeout: float | None
     ) -> GetServerInfoResponse:
         server = await self.driver.server_json(self.native, timeout)
         return GetServerInfoResponse(server=self.driver.server_info(server))
 
+    @adapts
     async def get_model_info(
-        self,
-        message: GetModelInfoRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
+        self, message: GetModelInfoRequest | None, timeout: float | None
     ) -> GetModelInfoResponse:
         server = await self.driver.server_json(self.native, timeout)
         return GetModelInfoResponse(model=await self.driver.model_info(self.native, timeout, server))
 
-    async def get_load(
-        self,
-        message: GetLoadRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> GetLoadResponse:
+    @adapts
+    async def get_load(self, message: GetLoadRequest | None, timeout: float | None) -> GetLoadResponse:
         load = await self.driver.load(self.native, timeout)
         load.paused = bool((await self.driver.server_json(self.native, timeout)).get("is_paused", False))
         return GetLoadResponse(current=load)
 
-    async def abort(
-        self,
-        message: AbortRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> AbortResponse:
+    @adapts
+    async def abort(self, message: AbortRequest | None, timeout: float | None) -> AbortResponse:
         if message is not None and message.all is not None:
             await self.native.abort(rt.AbortRequest(abort_all=True), timeout=timeout)
             return AbortResponse()
@@ -598,93 +570,42 @@ class RuntimeControl(ControlServiceStub):
             outcomes.append(AbortOutcome(request_id=rid, status=AbortStatus.UNSPECIFIED))
         return AbortResponse(outcomes=outcomes)
 
+    @adapts
     async def flush_cache(
-        self,
-        message: FlushCacheRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
+        self, message: FlushCacheRequest | None, timeout: float | None
     ) -> FlushCacheResponse:
         reply = await self.native.flush_cache(rt.FlushCacheRequest(), timeout=timeout)
         if not reply.success:
             raise GRPCError(Status.FAILED_PRECONDITION, f"FlushCache: {reply.message}")
         return FlushCacheResponse()
 
-    async def tokenize(
-        self,
-        message: TokenizeRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> TokenizeResponse:
+    @adapts
+    async def tokenize(self, message: TokenizeRequest | None, timeout: float | None) -> TokenizeResponse:
         if message is None or message.text is None:
-            raise _unsupported("Tokenize of chat messages (ChatComplete renders chat)")
+            raise unsupported_error(
+                self.driver.protocol, "Tokenize of chat messages (ChatComplete renders chat)"
+            )
         reply = await self.native.tokenize(rt.TokenizeRequest(text=message.text), timeout=timeout)
         return TokenizeResponse(token_ids=list(reply.tokens))
 
+    @adapts
     async def detokenize(
-        self,
-        message: DetokenizeRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
+        self, message: DetokenizeRequest | None, timeout: float | None
     ) -> DetokenizeResponse:
         ids = list(message.token_ids) if message is not None else []
         reply = await self.native.detokenize(rt.DetokenizeRequest(tokens=ids), timeout=timeout)
         return DetokenizeResponse(text=reply.text)
 
+    @adapts
     async def pause_generation(
-        self,
-        message: PauseGenerationRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
+        self, message: PauseGenerationRequest | None, timeout: float | None
     ) -> PauseGenerationResponse:
         await self.native.pause_generation(rt.PauseGenerationRequest(mode="in_place"), timeout=timeout)
         return PauseGenerationResponse()
 
+    @adapts
     async def resume_generation(
-        self,
-        message: ResumeGenerationRequest | None = None,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
+        self, message: ResumeGenerationRequest | None, timeout: float | None
     ) -> ResumeGenerationResponse:
         await self.native.continue_generation(rt.ContinueGenerationRequest(), timeout=timeout)
         return ResumeGenerationResponse()
-
-
-class RuntimeInference(InferenceServiceStub):
-    """lmrpc.v1's InferenceService through SglangService: Generate as normalised events."""
-
-    def __init__(self, channel: Channel, driver: SglangRuntimeDriver) -> None:
-        super().__init__(channel)
-        self.driver = driver
-
-    async def generate(
-        self,
-        message: GenerateRequest,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> AsyncIterator[GenerateResponse]:
-        findings: list[Finding] = []
-        events = self.driver.events(self.channel, self.driver.express(message), timeout, findings, metadata)
-        async for decoded in events:
-            yield decoded.message
-
-    async def embed(
-        self,
-        message: EmbedRequest,
-        *,
-        timeout: float | None = None,
-        deadline: Deadline | None = None,
-        metadata: MetadataLike | None = None,
-    ) -> EmbedResponse:
-        raise _unsupported("Embed through the harness")

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
@@ -50,166 +50,221 @@ from lmrpc.v1 import AbortRequest, GenerateRequest, RequestIds
 INVARIANTS = ("STREAM-6", "FINISH-1", "USAGE-3", "ABORT-3")
 
 
+Failure = tuple[str, list[Mismatch], list[str], int]  # clause, mismatches, steps, first transcript call
+
+
 class Stop(BaseException):
     """Ends the whole search (time budget spent): carries the failure to report."""
 
-    def __init__(self, failure: tuple[str, list[Mismatch], list[str], int]) -> None:
+    def __init__(self, failure: Failure) -> None:
         super().__init__("machine budget spent")
         self.failure = failure
 
 
-def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[RuleBasedStateMachine]:
-    """A machine class bound to ``ctx`` that asserts only the ``asserted`` invariants."""
-    info = ctx.info
-    small = valid_requests(info, max_tokens=max(2, ctx.tuning.max_tokens // 2), max_n=2)
-    wait = ctx.budgets.rpc_s
-    deadline_s = 0.3 * ctx.budgets.scale
-    started_at = time.monotonic()
-    failures: list[tuple[str, list[Mismatch], list[str], int]] = []
-    stats = {"programs": 0, "steps": 0}
+@dataclass(slots=True)
+class MachineRun:
+    """What the machines of one search share: the case's context, the invariants asserted, the
+    time budget, and what they found."""
 
-    class Lifecycle(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            if failures and time.monotonic() - started_at > budget_s:
-                raise Stop(failures[-1])
-            self.streams: dict[str, LiveStream] = {}
-            self.cancelled: set[str] = set()
-            self.aborted: set[str] = set()
-            self.steps: list[str] = []
-            stats["programs"] += 1
-            self.first_call = len(ctx.transcript)
-            self.baseline = ctx.block(quiet_load(ctx), wait * 2)
+    ctx: Ctx
+    asserted: set[str]
+    budget_s: float
+    started_at: float = field(default_factory=time.monotonic)
+    failures: list[Failure] = field(default_factory=list)
+    programs: int = 0
+    steps: int = 0
 
-        def _fail(self, clause: str, mismatches: list[Mismatch]) -> None:
-            failures.append((clause, mismatches, list(self.steps), self.first_call))
-            raise CaseFailed(mismatches)
+    @property
+    def wait(self) -> float:
+        return self.ctx.budgets.rpc_s
 
-        def _open(self, req: GenerateRequest, deadline: float | None = None) -> None:
-            async def start() -> LiveStream:  # streams are tasks of the case's loop, not of this thread
-                return ctx.open(req, deadline_s=deadline)
+    @property
+    def deadline_s(self) -> float:
+        return 0.3 * self.ctx.budgets.scale
 
-            self.streams[req.request_id] = ctx.block(start(), wait)
 
-        def _pick(self, data: st.DataObject) -> str:
-            """A started request, by start order. The draw never depends on timing (hypothesis replays it);
-            picking one that already ended makes the step a no-op."""
-            names = list(self.streams)
-            return names[data.draw(st.integers(0, 63), label="request") % len(names)]
+class Lifecycle(RuleBasedStateMachine):
+    """The machine; ``build_machine`` binds it to a run and adds the two rules whose strategies
+    depend on what the target advertises."""
+
+    run: ClassVar[MachineRun]
+
+    def __init__(self) -> None:
+        super().__init__()
+        run = self.run
+        if run.failures and time.monotonic() - run.started_at > run.budget_s:
+            raise Stop(run.failures[-1])
+        self.streams: dict[str, LiveStream] = {}
+        self.cancelled: set[str] = set()
+        self.aborted: set[str] = set()
+        self.steps: list[str] = []
+        run.programs += 1
+        self.first_call = len(run.ctx.transcript)
+        self.baseline = run.ctx.block(quiet_load(run.ctx), run.wait * 2)
+
+    def _fail(self, clause: str, mismatches: list[Mismatch]) -> None:
+        self.run.failures.append((clause, mismatches, list(self.steps), self.first_call))
+        raise CaseFailed(mismatches)
+
+    def _open(self, req: GenerateRequest, deadline: float | None = None) -> None:
+        ctx = self.run.ctx
+
+        async def start() -> LiveStream:  # streams are tasks of the case's loop, not of this thread
+            return ctx.open(req, deadline_s=deadline)
+
+        self.streams[req.request_id] = ctx.block(start(), self.run.wait)
+
+    def _pick(self, data: st.DataObject) -> str:
+        """A started request, by start order. The draw never depends on timing (hypothesis replays it);
+        picking one that already ended makes the step a no-op."""
+        names = list(self.streams)
+        return names[data.draw(st.integers(0, 63), label="request") % len(names)]
+
+    def _start(self, req: GenerateRequest) -> None:
+        req = GenerateRequest.parse(bytes(req))
+        req.request_id = self.run.ctx.uid("m")
+        self.steps.append(f"start({req!r})")
+        self._open(req)
+
+    def _start_long(self, n: int) -> None:
+        req = long_request(self.run.ctx, n=n)
+        self.steps.append(f"start_long({req.request_id!r}, n={n})")
+        self._open(req)
+
+    @rule()
+    def start_with_deadline(self) -> None:
+        req = long_request(self.run.ctx)
+        self.steps.append(f"start_with_deadline({req.request_id!r}, {self.run.deadline_s:.2f}s)")
+        self.cancelled.add(req.request_id)  # a deadline ends the call like a cancel
+        self._open(req, self.run.deadline_s)
+
+    @precondition(lambda self: bool(self.streams))
+    @rule(data=st.data())
+    def read(self, data: st.DataObject) -> None:
+        rid = self._pick(data)
+        self.steps.append(f"read({rid!r})")
+        ctx = self.run.ctx
+        try:
+            ctx.block(self.streams[rid].next(0.5 * ctx.budgets.scale), self.run.wait)
+        except StreamStalled:
+            pass
+
+    @precondition(lambda self: bool(self.streams))
+    @rule(data=st.data())
+    def abort(self, data: st.DataObject) -> None:
+        rid = self._pick(data)
+        self.steps.append(f"abort({rid!r})")
+        self.aborted.add(rid)
+        self._abort(rid)
+
+    def _abort(self, rid: str) -> None:
+        ctx = self.run.ctx
+        with contextlib.suppress(GRPCError):  # how Abort answers is ABORT-1's business, not this machine's
+            ctx.block(
+                ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[rid]))), self.run.wait
+            )
+
+    @precondition(lambda self: bool(self.streams))
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        rid = self._pick(data)
+        self.steps.append(f"cancel({rid!r})")
+        self.cancelled.add(rid)
+        self.run.ctx.block(self.run.ctx.cancel(self.streams[rid]), self.run.wait)
+
+    @rule()
+    def health(self) -> None:
+        self.steps.append("health()")
+        ctx = self.run.ctx
+        with contextlib.suppress(GRPCError):  # answers are HEALTH-1's business
+            ctx.block(
+                HealthStub(ctx.session.target.channel).Check(HealthCheckRequest(service="")), self.run.wait
+            )
+            ctx.block(ctx.load(), self.run.wait)
+
+    @invariant()
+    def no_cross_talk(self) -> None:
+        if "STREAM-6" not in self.run.asserted:
+            return
+        for rid, stream in self.streams.items():
+            foreign = {e.message.request_id for e in stream.events} - {rid, ""}
+            if foreign:
+                self._fail(
+                    "STREAM-6",
+                    [Mismatch(f"request ids on stream {rid!r}", repr(rid), repr(sorted(foreign)))],
+                )
+
+    def teardown(self) -> None:
+        for rid, stream in self.streams.items():
+            if not stream.done.is_set() and rid not in self.cancelled:
+                self.aborted.add(rid)
+                self._abort(rid)
+        records = self._finish_all()
+        self.steps.append("teardown()")
+        self.run.steps += len(self.steps)
+        for rid, record in records.items():
+            self._judge_stream(rid, record)
+        if "ABORT-3" in self.run.asserted:
+            self._judge_release()
+
+    def _finish_all(self) -> dict[str, StreamRecord]:
+        ctx = self.run.ctx
+
+        async def finish_all() -> list[StreamRecord]:  # side by side: an aborted request ends promptly
+            return list(
+                await asyncio.gather(
+                    *(
+                        s.finish(ctx.budgets.release_s if rid in self.aborted else ctx.budgets.stream_s)
+                        for rid, s in self.streams.items()
+                    )
+                )
+            )
+
+        return dict(zip(self.streams, ctx.block(finish_all(), ctx.budgets.stream_s * 2), strict=True))
+
+    def _judge_stream(self, rid: str, record: StreamRecord) -> None:
+        """FINISH-1 and USAGE-3 of one request, unless it was cancelled and ended so."""
+        facts = Facts(self.run.ctx.info, aborted=rid in self.aborted or rid in self.cancelled)
+        if rid in self.cancelled and record.end in (End.CANCELLED, End.DEADLINE):
+            return
+        for clause, validators in (
+            ("FINISH-1", ("FINISH-1", "FINISH-3")),
+            ("USAGE-3", ("USAGE-3", "USAGE-5")),
+        ):
+            if clause in self.run.asserted:
+                found = [m for v in validators for m in VALIDATORS[v](record, facts)]
+                if record.end is End.HUNG and clause == "FINISH-1" and not found:
+                    found.append(Mismatch(f"how {rid!r} ended", "terminated", record.summary()))
+                if found:
+                    self._fail(clause, found)
+
+    def _judge_release(self) -> None:
+        """ABORT-3: the load is back at its baseline once every request ended."""
+        ctx = self.run.ctx
+        ctx.check.mismatches.clear()
+        if not ctx.block(expect_released(ctx, self.baseline, "every request ended"), self.run.wait * 2):
+            self._fail("ABORT-3", list(ctx.check.mismatches))
+            ctx.check.mismatches.clear()
+
+
+def build_machine(ctx: Ctx, asserted: set[str], budget_s: float) -> type[Lifecycle]:
+    """The machine bound to ``ctx``, asserting only the ``asserted`` invariants."""
+    small = valid_requests(ctx.info, max_tokens=max(2, ctx.tuning.max_tokens // 2), max_n=2)
+    longest = min(2, ctx.info.caps.max_outputs)
+
+    class Bound(Lifecycle):
+        run = MachineRun(ctx, asserted, budget_s)
 
         @rule(req=small)
         def start(self, req: GenerateRequest) -> None:
-            req = GenerateRequest.parse(bytes(req))
-            req.request_id = ctx.uid("m")
-            self.steps.append(f"start({req!r})")
-            self._open(req)
+            self._start(req)
 
-        @rule(n=st.sampled_from([1, min(2, info.caps.max_outputs)]))
+        @rule(n=st.sampled_from([1, longest]))
         def start_long(self, n: int) -> None:
-            req = long_request(ctx, n=n)
-            self.steps.append(f"start_long({req.request_id!r}, n={n})")
-            self._open(req)
+            self._start_long(n)
 
-        @rule()
-        def start_with_deadline(self) -> None:
-            req = long_request(ctx)
-            self.steps.append(f"start_with_deadline({req.request_id!r}, {deadline_s:.2f}s)")
-            self.cancelled.add(req.request_id)  # a deadline ends the call like a cancel
-            self._open(req, deadline_s)
-
-        @precondition(lambda self: bool(self.streams))
-        @rule(data=st.data())
-        def read(self, data: st.DataObject) -> None:
-            rid = self._pick(data)
-            self.steps.append(f"read({rid!r})")
-            try:
-                ctx.block(self.streams[rid].next(0.5 * ctx.budgets.scale), wait)
-            except StreamStalled:
-                pass
-
-        @precondition(lambda self: bool(self.streams))
-        @rule(data=st.data())
-        def abort(self, data: st.DataObject) -> None:
-            rid = self._pick(data)
-            self.steps.append(f"abort({rid!r})")
-            self.aborted.add(rid)
-            with contextlib.suppress(
-                GRPCError
-            ):  # how Abort answers is ABORT-1's business, not this machine's
-                ctx.block(ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[rid]))), wait)
-
-        @precondition(lambda self: bool(self.streams))
-        @rule(data=st.data())
-        def cancel(self, data: st.DataObject) -> None:
-            rid = self._pick(data)
-            self.steps.append(f"cancel({rid!r})")
-            self.cancelled.add(rid)
-            ctx.block(ctx.cancel(self.streams[rid]), wait)
-
-        @rule()
-        def health(self) -> None:
-            self.steps.append("health()")
-            with contextlib.suppress(GRPCError):  # answers are HEALTH-1's business
-                ctx.block(HealthStub(ctx.session.target.channel).Check(HealthCheckRequest(service="")), wait)
-                ctx.block(ctx.load(), wait)
-
-        @invariant()
-        def no_cross_talk(self) -> None:
-            if "STREAM-6" not in asserted:
-                return
-            for rid, stream in self.streams.items():
-                foreign = {e.message.request_id for e in stream.events} - {rid, ""}
-                if foreign:
-                    self._fail(
-                        "STREAM-6",
-                        [Mismatch(f"request ids on stream {rid!r}", repr(rid), repr(sorted(foreign)))],
-                    )
-
-        def teardown(self) -> None:
-            for rid, stream in self.streams.items():
-                if not stream.done.is_set() and rid not in self.cancelled:
-                    self.aborted.add(rid)
-                    with contextlib.suppress(GRPCError):
-                        ctx.block(
-                            ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[rid]))), wait
-                        )
-
-            async def finish_all() -> list[StreamRecord]:  # side by side: an aborted request ends promptly
-                return list(
-                    await asyncio.gather(
-                        *(
-                            s.finish(ctx.budgets.release_s if rid in self.aborted else ctx.budgets.stream_s)
-                            for rid, s in self.streams.items()
-                        )
-                    )
-                )
-
-            records = dict(zip(self.streams, ctx.block(finish_all(), ctx.budgets.stream_s * 2), strict=True))
-            self.steps.append("teardown()")
-            stats["steps"] += len(self.steps)
-            for rid, record in records.items():
-                facts = Facts(info, aborted=rid in self.aborted or rid in self.cancelled)
-                if rid in self.cancelled and record.end in (End.CANCELLED, End.DEADLINE):
-                    continue
-                for clause, validators in (
-                    ("FINISH-1", ("FINISH-1", "FINISH-3")),
-                    ("USAGE-3", ("USAGE-3", "USAGE-5")),
-                ):
-                    if clause in asserted:
-                        found = [m for v in validators for m in VALIDATORS[v](record, facts)]
-                        if record.end is End.HUNG and clause == "FINISH-1" and not found:
-                            found.append(Mismatch(f"how {rid!r} ended", "terminated", record.summary()))
-                        if found:
-                            self._fail(clause, found)
-            if "ABORT-3" in asserted:
-                ctx.check.mismatches.clear()
-                if not ctx.block(expect_released(ctx, self.baseline, "every request ended"), wait * 2):
-                    self._fail("ABORT-3", list(ctx.check.mismatches))
-                    ctx.check.mismatches.clear()
-
-    Lifecycle.failures = failures
-    Lifecycle.stats = stats
-    return Lifecycle
+    Bound.__name__ = Bound.__qualname__ = "Lifecycle"
+    return Bound
 
 
 def describe(steps: list[str]) -> str:
@@ -240,26 +295,25 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
 
             def search(
                 machine: Any = machine,
-            ) -> tuple[tuple[str, list[Mismatch], list[str], int] | None, str]:
+            ) -> tuple[Failure | None, str]:
                 with SEARCH_LOCK:
                     try:
                         run_state_machine_as_test(machine, settings=config)
                     except CaseFailed as exc:
-                        return machine.failures[-1], notes_of(exc)[0]
+                        return machine.run.failures[-1], notes_of(exc)[0]
                     except Stop as exc:
                         return exc.failure, ""
                     except Flaky:  # failed, then passed on replay: still a failure, reported as seen
-                        if not machine.failures:
+                        if not machine.run.failures:
                             raise
-                        return machine.failures[
+                        return machine.run.failures[
                             -1
                         ], "(intermittent: the failing program passed when replayed)"
                 return None, ""
 
             failure, shown = await asyncio.to_thread(search)
-            stats = machine.stats  # type: ignore[attr-defined]
-            total_programs += stats["programs"]
-            total_steps += stats["steps"]
+            total_programs += machine.run.programs
+            total_steps += machine.run.steps
             if failure is None:
                 verdicts.update({clause: Judgement(True) for clause in remaining})
                 break

@@ -9,6 +9,7 @@ which is what STREAM-6 (no cross-talk) needs.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hypothesis import Phase
@@ -48,8 +49,18 @@ def copy_request(request: GenerateRequest) -> GenerateRequest:
 
 def sentinels(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
     """Requests the pool always contains, so every option the target advertises is exercised."""
+    return [
+        request
+        for requirement, requests in SENTINELS
+        if requirement is None or info.has(requirement)
+        for request in requests(info, max_tokens)
+    ]
+
+
+def _always(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
+    """Plain text, n > 1, ignore_eos, min_tokens, and the text or the ids left out."""
     n = min(info.caps.max_outputs, 4)
-    out = [
+    return [
         GenerateRequest(
             text="Hello",
             sampling=SamplingParams(temperature=0.0, n=n),
@@ -76,93 +87,123 @@ def sentinels(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
             stopping=StoppingCriteria(max_tokens=max_tokens),
         ),
     ]
-    if info.has("final_only"):
+
+
+def _final_only(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
+    """One answer at the end (STREAM-3)."""
+    n = min(info.caps.max_outputs, 4)
+    return [
+        GenerateRequest(
+            text="Hello",
+            sampling=SamplingParams(n=n),
+            stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
+            response=ResponseOptions(final_only=True),
+        ),
+    ]
+
+
+def _logprobs(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
+    """Logprobs with top-k alternatives, with and without the ids (STREAM-7)."""
+    n = min(info.caps.max_outputs, 4)
+    return [
+        GenerateRequest(
+            text="def add(a, b):",
+            sampling=SamplingParams(temperature=0.8, n=min(n, 2)),
+            stopping=StoppingCriteria(max_tokens=max_tokens),
+            response=ResponseOptions(return_logprobs=True, top_logprobs=info.caps.max_top_logprobs),
+        ),
+        # one logprob per token must hold when the ids are not sent too (STREAM-7)
+        GenerateRequest(
+            text="Once upon a time",
+            sampling=SamplingParams(temperature=1.0),
+            stopping=StoppingCriteria(max_tokens=max_tokens),
+            response=ResponseOptions(
+                return_logprobs=True,
+                top_logprobs=min(info.caps.max_top_logprobs, 2),
+                return_token_ids=False,
+            ),
+        ),
+    ]
+
+
+def _stop_strings(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
+    """Stop strings, kept and dropped (STOP-1, STOP-2, STOP-5)."""
+    out: list[GenerateRequest] = []
+    for include in (False, True):
         out.append(
-            GenerateRequest(
-                text="Hello",
-                sampling=SamplingParams(n=n),
-                stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
-                response=ResponseOptions(final_only=True),
-            )
-        )
-    if info.has("logprobs"):
-        out.append(
-            GenerateRequest(
-                text="def add(a, b):",
-                sampling=SamplingParams(temperature=0.8, n=min(n, 2)),
-                stopping=StoppingCriteria(max_tokens=max_tokens),
-                response=ResponseOptions(return_logprobs=True, top_logprobs=info.caps.max_top_logprobs),
-            )
-        )
-        out.append(  # one logprob per token must hold when the ids are not sent too (STREAM-7)
             GenerateRequest(
                 text="Once upon a time",
-                sampling=SamplingParams(temperature=1.0),
-                stopping=StoppingCriteria(max_tokens=max_tokens),
-                response=ResponseOptions(
-                    return_logprobs=True,
-                    top_logprobs=min(info.caps.max_top_logprobs, 2),
-                    return_token_ids=False,
+                sampling=SamplingParams(temperature=0.0),
+                stopping=StoppingCriteria(
+                    max_tokens=max_tokens, stop_strings=[" ", "e"], include_stop_in_output=include
                 ),
             )
         )
-    if info.has("stop_strings"):
-        for include in (False, True):
-            out.append(
-                GenerateRequest(
-                    text="Once upon a time",
-                    sampling=SamplingParams(temperature=0.0),
-                    stopping=StoppingCriteria(
-                        max_tokens=max_tokens, stop_strings=[" ", "e"], include_stop_in_output=include
-                    ),
-                )
-            )
-            out.append(  # longer stop strings, a later entry matching, min_tokens (STOP-1, STOP-2, STOP-5)
-                GenerateRequest(
-                    text="Once upon a time",
-                    sampling=SamplingParams(temperature=0.0),
-                    stopping=StoppingCriteria(
-                        max_tokens=max_tokens,
-                        min_tokens=2,
-                        stop_strings=["\u2603\u2603", " upon", ", ", " the"][: info.caps.max_stop_strings],
-                        include_stop_in_output=include,
-                    ),
-                )
-            )
-    if info.has("stop_token_ids"):
-        out.append(
+        out.append(  # longer stop strings, a later entry matching, min_tokens (STOP-1, STOP-2, STOP-5)
             GenerateRequest(
-                text="Hello",
-                stopping=StoppingCriteria(max_tokens=max_tokens, stop_token_ids=info.eos_ids[:1]),
-                response=ResponseOptions(skip_special_tokens=False),
-            )
-        )
-    if info.has("chat_input"):
-        out.append(
-            GenerateRequest(
-                chat=ChatInput(messages=[ChatMessage(role="user", content="Say hi.")]),
-                stopping=StoppingCriteria(max_tokens=max_tokens),
-                response=ResponseOptions(return_prompt_token_ids=True),
-            )
-        )
-        out.append(
-            GenerateRequest(
-                chat=ChatInput(
-                    messages=[ChatMessage(role="user", content="Say hi.")], add_generation_prompt=False
+                text="Once upon a time",
+                sampling=SamplingParams(temperature=0.0),
+                stopping=StoppingCriteria(
+                    max_tokens=max_tokens,
+                    min_tokens=2,
+                    stop_strings=["\u2603\u2603", " upon", ", ", " the"][: info.caps.max_stop_strings],
+                    include_stop_in_output=include,
                 ),
-                stopping=StoppingCriteria(max_tokens=max_tokens),
-                response=ResponseOptions(return_prompt_token_ids=True),
-            )
-        )
-    if info.has("seeded_sampling"):
-        out.append(
-            GenerateRequest(
-                text="Hello",
-                sampling=SamplingParams(temperature=1.0, seed=1234),
-                stopping=StoppingCriteria(max_tokens=max_tokens),
             )
         )
     return out
+
+
+def _stop_token_ids(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
+    """A stop token that is also EOS (FINISH-5)."""
+    return [
+        GenerateRequest(
+            text="Hello",
+            stopping=StoppingCriteria(max_tokens=max_tokens, stop_token_ids=info.eos_ids[:1]),
+            response=ResponseOptions(skip_special_tokens=False),
+        ),
+    ]
+
+
+def _chat_input(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
+    """Chat messages, with and without the generation prompt."""
+    return [
+        GenerateRequest(
+            chat=ChatInput(messages=[ChatMessage(role="user", content="Say hi.")]),
+            stopping=StoppingCriteria(max_tokens=max_tokens),
+            response=ResponseOptions(return_prompt_token_ids=True),
+        ),
+        GenerateRequest(
+            chat=ChatInput(
+                messages=[ChatMessage(role="user", content="Say hi.")], add_generation_prompt=False
+            ),
+            stopping=StoppingCriteria(max_tokens=max_tokens),
+            response=ResponseOptions(return_prompt_token_ids=True),
+        ),
+    ]
+
+
+def _seeded_sampling(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
+    """A seeded sample (SAMPLE-3)."""
+    return [
+        GenerateRequest(
+            text="Hello",
+            sampling=SamplingParams(temperature=1.0, seed=1234),
+            stopping=StoppingCriteria(max_tokens=max_tokens),
+        ),
+    ]
+
+
+#: (the capability each needs, or None for every target; what it adds), in pool order
+SENTINELS: tuple[tuple[str | None, Callable[[TargetInfo, int], list[GenerateRequest]]], ...] = (
+    (None, _always),
+    ("final_only", _final_only),
+    ("logprobs", _logprobs),
+    ("stop_strings", _stop_strings),
+    ("stop_token_ids", _stop_token_ids),
+    ("chat_input", _chat_input),
+    ("seeded_sampling", _seeded_sampling),
+)
 
 
 def drawn_requests(session: Session, count: int) -> list[GenerateRequest]:

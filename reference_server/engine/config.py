@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from reference_server.config import KV_CACHE_FORMATS, WEIGHT_FORMATS
-from reference_server.engine.cpu import bf16_gemm_native
+from reference_server.cpu import bf16_gemm_native
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.models.source import ModelSource, resolve_model
 

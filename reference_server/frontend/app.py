@@ -28,6 +28,7 @@ from grpclib.health.service import Health
 from grpclib.server import Server
 
 from lmrpc import descriptor_set_path
+from lmrpc.v1 import GetLoadRequest, Load
 from reference_server import ipc
 from reference_server.config import ServerConfig, TlsFiles
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
@@ -167,7 +168,9 @@ class Frontend:
             dialect_port.bound = dialect_listener.getsockname()[1]
             log.info("%s on %s:%d", dialect_port.dialect.grpc_service, self.config.host, dialect_port.bound)
         if self.stats is not None and self.config.metrics_port is not None:
-            collector = ServerCollector(self.stats, self.control, self.kv_events, asyncio.get_running_loop())
+            collector = ServerCollector(
+                self.stats, self._current_load, self.kv_events, asyncio.get_running_loop()
+            )
             try:
                 self.metrics = MetricsServer.start(self.config.host, self.config.metrics_port, collector)
             except OSError as exc:
@@ -187,6 +190,9 @@ class Frontend:
         if self.config.ready_file:
             extra = "".join(f"{d.dialect.name} {d.bound}\n" for d in self.dialect_ports)
             _write_atomically(Path(self.config.ready_file), f"{self.port}\n{extra}")
+
+    async def _current_load(self) -> Load | None:
+        return (await self.control.get_load(GetLoadRequest())).current
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from reference_server.engine.cpu import bf16_gemm_native
+from reference_server.cpu import bf16_gemm_native
 
 
 def prepack_supported(device: torch.device, dtype: torch.dtype) -> bool:

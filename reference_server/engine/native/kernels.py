@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from reference_server.cache_dir import cache_dir
-from reference_server.engine.cpu import cpu_flags
+from reference_server.cpu import cpu_flags
 
 SOURCE = Path(__file__).with_name("forward.c")
 REQUIRED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512_bf16")

@@ -25,15 +25,15 @@ and ``--kv-cache-usage-percentage-metric``), so that a default-configured picker
 server's load (contract LOAD-2): ``vllm:num_requests_waiting``, ``vllm:num_requests_running`` and
 ``vllm:kv_cache_usage_perc``, the same values as their ``lmrpc:`` twins.
 
-A scrape reads everything on the event loop (the load through ControlService.GetLoad), so it
-sees one consistent moment.
+A scrape reads everything on the event loop (the load as ControlService.GetLoad answers it), so
+it sees one consistent moment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
@@ -41,8 +41,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from lmrpc.v1 import GetLoadRequest, Load
-from reference_server.frontend.control import ControlService
+from lmrpc.v1 import Load
 from reference_server.frontend.kv_events import KvEventHub
 from reference_server.frontend.metrics.stats import Histogram, ServingStats
 
@@ -66,12 +65,12 @@ class ServerCollector(Collector):
     def __init__(
         self,
         stats: ServingStats,
-        control: ControlService,
+        read_load: Callable[[], Awaitable[Load | None]],  # what GetLoad answers now
         kv_events: KvEventHub,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.stats = stats
-        self.control = control
+        self.read_load = read_load
         self.kv_events = kv_events
         self.loop = loop
 
@@ -83,7 +82,7 @@ class ServerCollector(Collector):
         s = self.stats
         load = None
         try:
-            load = (await self.control.get_load(GetLoadRequest())).current
+            load = await self.read_load()
         except Exception:  # starting, or a worker is gone: the request metrics still count
             load = None
 

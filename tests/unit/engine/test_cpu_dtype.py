@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference_server.engine import cpu
+from reference_server import cpu
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.models.packed_linear import prepack_supported
 
