@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
 
+from reference_server.testing import free_port
+
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build_llama_server.sh"
 
 
@@ -36,13 +38,6 @@ def llama_server_binary(*, build: bool) -> Path:
         return found[-1]
     out = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True)
     return Path(out.stdout.strip().splitlines()[-1])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class LlamaServer:

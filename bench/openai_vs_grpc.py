@@ -38,8 +38,8 @@ from openai import AsyncOpenAI
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import ChatInput, ChatMessage, GenerateRequest, SamplingParams, StoppingCriteria
 from reference_server.models.source import DEFAULT_MODEL_ID
-from reference_server.smg_gateway import SmgGateway, free_port, sum_samples
-from reference_server.testing import ServerProcess
+from reference_server.smg_gateway import SmgGateway, sum_samples
+from reference_server.testing import ServerProcess, free_port
 
 QUESTION = "Request {k}: write a short story about a lighthouse keeper and a storm."
 

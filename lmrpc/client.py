@@ -179,6 +179,14 @@ def bearer_token(channel: Channel, token: str) -> None:
     listen(channel, SendRequest, add_token)
 
 
+def parse_target(target: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too; an empty host is 127.0.0.1) as (host, port)."""
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"target={target!r} must be host:port with a port in [1, 65535]")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
 class LmrpcClient:
     """Async client for one server. Use as an async context manager, or call ``close()``."""
 
@@ -197,10 +205,8 @@ class LmrpcClient:
         ``token`` is sent as ``authorization: Bearer TOKEN`` on every call, for servers that
         require authentication (``Capabilities.authentication``).
         """
-        host, sep, port = target.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"target={target!r} is not host:port")
-        channel = Channel(host.strip("[]") or "127.0.0.1", int(port), ssl=tls)
+        host, port = parse_target(target)
+        channel = Channel(host, port, ssl=tls)
         if token is not None:
             bearer_token(channel, token)
         return cls(channel)

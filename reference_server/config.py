@@ -13,6 +13,7 @@ from typing import Literal
 WEIGHT_FORMATS = ("dense", "q4_1", "int8")
 # the KV cache's formats: dense (in the model's dtype) or int8 (8-bit codes and a scale per token and KV head)
 KV_CACHE_FORMATS = ("dense", "int8")
+DEFAULT_MAX_BATCH_TOKENS = 512  # tokens one model engine step takes in (the chunked-prefill budget)
 
 EngineKind = Literal["model", "fake"]
 

@@ -30,7 +30,7 @@ class SamplingConfig(msgspec.Struct, frozen=True):
     frequency_penalty: float
     presence_penalty: float
     repetition_penalty: float  # 1 = disabled
-    seed: int  # base seed; output i samples from a generator seeded with derive_seed(seed, i)
+    seed: int  # base seed; output i samples from a generator seeded with engine/seeds.derive_seed(seed, i)
 
     @property
     def is_greedy(self) -> bool:
@@ -84,13 +84,6 @@ class SequenceOutput(msgspec.Struct, array_like=True):
     logprobs: list[TokenLogprob] | None = None  # one per new token when requested
     finish: Finish | None = None
     cached_prompt_tokens: int | None = None  # set once per request, on its first output
-
-
-def derive_seed(seed: int, output_index: int) -> int:
-    """Seed of output ``output_index``'s generator: deterministic, distinct per index."""
-    mixed = (seed ^ (0x9E3779B97F4A7C15 * (output_index + 1))) & 0xFFFFFFFFFFFFFFFF
-    mixed ^= mixed >> 31
-    return (mixed * 0xBF58476D1CE4E5B9) & 0x7FFFFFFFFFFFFFFF
 
 
 # ── frontend → scheduler ────────────────────────────────────────────────────────────────────

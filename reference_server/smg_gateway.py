@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,18 +23,14 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from reference_server.testing import free_port
+
 STARTUP_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.1
 
 
 class GatewayStartError(RuntimeError):
     pass
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def smg_binary() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,13 @@ from pathlib import Path
 from types import TracebackType
 
 ROLES = {"lmrpc-scheduler": "scheduler", "lmrpc-detokeniz": "detokenizer"}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for servers that cannot bind port 0)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class ServerStartError(RuntimeError):

@@ -15,11 +15,12 @@ Generate through ``ctx.open`` / ``ctx.generate``. A driver maps those onto one w
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from grpclib.client import Channel
 
@@ -39,6 +40,18 @@ if TYPE_CHECKING:
     from betterproto2.grpclib.grpclib_client import MetadataLike
 
 PROTOCOLS = GRPC_PROTOCOLS  # the protocols a Driver speaks (openai has its own client: drivers/openai/)
+
+
+def json_object(text: str, where: str) -> dict[str, Any]:
+    """A JSON object a server sends as text (empty text is ``{}``). Anything else is a ValueError
+    naming ``where``: a server's malformed answer is never read as "nothing said"."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError as exc:
+        raise ValueError(f"{where} is not JSON ({exc}): {text[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} is not a JSON object: {text[:200]!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

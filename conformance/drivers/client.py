@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from grpclib.client import Channel
 
 from conformance.drivers import make_driver
+from lmrpc.client import parse_target
 from lmrpc.v1 import ControlServiceStub, InferenceServiceStub
 
 
@@ -26,8 +27,7 @@ class DriverClient:
 
 @asynccontextmanager
 async def connect(target: str, protocol: str, timeout_s: float = 30.0) -> AsyncIterator[DriverClient]:
-    host, _, port = target.rpartition(":")
-    channel = Channel(host.strip("[]") or "127.0.0.1", int(port))
+    channel = Channel(*parse_target(target))
     try:
         driver = make_driver(protocol)
         await driver.discover(channel, timeout_s)  # an engine protocol's driver loads the tokenizer here

@@ -16,7 +16,6 @@ comes from ``--assume`` (``Promises``).
 from __future__ import annotations
 
 import asyncio
-import json
 from abc import abstractmethod
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from grpclib.const import Cardinality
 from tokenizers import Tokenizer
 
 from conformance.drivers.adapter import DriverInference, adapts, unsupported, unsupported_error
-from conformance.drivers.base import Discovered, Driver
+from conformance.drivers.base import Discovered, Driver, json_object
 from conformance.drivers.bundle import Bundle, BundleError
 from conformance.drivers.normalize import Normalizer
 from conformance.stream.record import Finding
@@ -104,10 +103,7 @@ ENGINE_DEFAULTS = {
 def defaults_from(json_text: str, max_context: int) -> EffectiveDefaults:
     """``default_sampling_params_json`` as lmrpc's EffectiveDefaults. The default max_tokens is
     the engine's own and not reported: the window stands in for it (an upper bound)."""
-    try:
-        given = json.loads(json_text) if json_text else {}
-    except ValueError:
-        given = {}
+    given = json_object(json_text, "GetModelInfo.default_sampling_params_json")
     values = {**ENGINE_DEFAULTS, **{k: v for k, v in given.items() if k in ENGINE_DEFAULTS}}
     top_k = int(values["top_k"])
     return EffectiveDefaults(

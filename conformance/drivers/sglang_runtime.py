@@ -36,7 +36,7 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality
 
 from conformance.drivers.adapter import DriverInference, adapts, unsupported_error
-from conformance.drivers.base import Discovered, Driver
+from conformance.drivers.base import Discovered, Driver, json_object
 from conformance.drivers.engine import (
     DEADLINE_STATUSES,
     MAX_OUTPUTS,
@@ -105,14 +105,6 @@ SGLANG_DEFAULTS = EffectiveDefaults(
 )
 META_NUMBERS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 REASONS = ("stop", "length", "abort")
-
-
-def _json(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _integer(value: object) -> int | None:
@@ -449,13 +441,14 @@ class SglangRuntimeDriver(Driver):
         return Discovered(self.server_info(server_json), self.model, None, load.kv_tokens_total)
 
     async def server_json(self, stub: rt.SglangServiceStub, timeout: float | None) -> dict[str, Any]:
-        return _json((await stub.get_server_info(rt.GetServerInfoRequest(), timeout=timeout)).json_info)
+        reply = await stub.get_server_info(rt.GetServerInfoRequest(), timeout=timeout)
+        return json_object(reply.json_info, "GetServerInfo.json_info")
 
     async def model_info(
         self, stub: rt.SglangServiceStub, timeout: float | None, server: dict[str, Any]
     ) -> ModelInfo:
         native = await stub.get_model_info(rt.GetModelInfoRequest(), timeout=timeout)
-        info = _json(native.json_info)
+        info = json_object(native.json_info, "GetModelInfo.json_info")
         window = int(info.get("max_context_length") or server.get("context_length") or 0)
         bos = info.get("bos_token_id")
         eos = info.get("eos_token_ids") or []

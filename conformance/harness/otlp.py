@@ -10,6 +10,8 @@ import contextlib
 import gzip
 from dataclasses import dataclass, field
 
+from lmrpc.client import parse_target
+
 MAX_BODY_BYTES = 16 << 20
 _OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n"
 
@@ -30,8 +32,7 @@ class SpanReceiver:
     _arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self, listen: str) -> None:
-        host, _, port = listen.rpartition(":")
-        self._server = await asyncio.start_server(self._serve, host or "127.0.0.1", int(port))
+        self._server = await asyncio.start_server(self._serve, *parse_target(listen))
 
     async def close(self) -> None:
         if self._server is not None:

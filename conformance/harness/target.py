@@ -19,7 +19,7 @@ from grpclib.config import Configuration
 from conformance.drivers import Driver, LmrpcDriver, Promises, make_driver
 from conformance.drivers.detect import detect
 from conformance.vocabulary import TargetInfo
-from lmrpc.client import bearer_token, tls_context
+from lmrpc.client import bearer_token, parse_target, tls_context
 from lmrpc.v1 import (
     ControlServiceStub,
     InferenceServiceStub,
@@ -60,10 +60,8 @@ class Endpoint:
 
     @staticmethod
     def parse(target: str, tls: TlsOptions | None = None, credentials: Credentials | None = None) -> Endpoint:
-        host, sep, port = target.rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"target={target!r} must be host:port")
-        return Endpoint(host.strip("[]") or "127.0.0.1", int(port), tls, credentials or Credentials())
+        host, port = parse_target(target)
+        return Endpoint(host, port, tls, credentials or Credentials())
 
     def channel(self, *, token: str | Literal["default"] | None = "default") -> Channel:
         """A new HTTP/2 connection, sending ``token`` (by default the client token) on every call."""

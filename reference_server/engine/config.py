@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reference_server.config import KV_CACHE_FORMATS, WEIGHT_FORMATS
+from reference_server.config import DEFAULT_MAX_BATCH_TOKENS, KV_CACHE_FORMATS, WEIGHT_FORMATS
 from reference_server.cpu import bf16_gemm_native
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.models.source import ModelSource, resolve_model
@@ -24,7 +24,7 @@ class ModelEngineConfig:
     dtype: str = "auto"  # auto: bfloat16 (float16 on GPUs without bf16); or a DTYPES key
     kv_tokens: int = 32768  # KV slots (one token each) shared by all sequences and the prefix cache
     max_running_sequences: int = 64  # outputs decoding at once (n>1 requests count n)
-    max_batch_tokens: int = 512  # tokens per forward pass: the chunked-prefill budget
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS  # tokens per forward pass: the chunked-prefill budget
     attention_backend: str = "auto"  # auto: flashinfer on CUDA when installed, else sdpa
     load_embedding_model: bool = True
     num_threads: int | None = None  # torch intra-op threads; None: torch's choice (OMP_NUM_THREADS or cores)

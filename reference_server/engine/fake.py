@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from reference_server.engine.fake_blocks import FakeBlockCache
 from reference_server.engine.fake_sampling import Candidate, apply_penalties, sample_candidates
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
+from reference_server.engine.seeds import derive_seed
 from reference_server.engine.stopping import finish_after, suppressed_ids
 from reference_server.ipc import (
     EngineInfo,
@@ -37,7 +38,6 @@ from reference_server.ipc import (
     SequenceOutput,
     SubmitRequest,
     TokenLogprob,
-    derive_seed,
 )
 from reference_server.models.source import ModelSource
 

@@ -18,6 +18,7 @@ from reference_server.engine.kv_pool import KVPool, SlotTable
 from reference_server.engine.model_runner import ModelRunner
 from reference_server.engine.native.model import NativeModel, unsupported_reason
 from reference_server.engine.sampler import SampleRow, sample
+from reference_server.engine.seeds import derive_seed
 from reference_server.engine.sequence import RequestGroup, Sequence
 from reference_server.engine.stopping import finish_after, suppressed_ids
 from reference_server.ipc import (
@@ -28,7 +29,6 @@ from reference_server.ipc import (
     SequenceOutput,
     SubmitRequest,
     TokenLogprob,
-    derive_seed,
 )
 from reference_server.models.gguf_weights import load_gguf_blocks
 from reference_server.models.llama import LlamaModel

@@ -33,7 +33,7 @@ from reference_server import ipc
 from reference_server.config import ServerConfig, TlsFiles
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.frontend import grpc_hooks
-from reference_server.frontend.context import Engine, FrontendContext, Phase, capabilities_for
+from reference_server.frontend.context import EngineFacts, FrontendContext, Phase, capabilities_for
 from reference_server.frontend.control import ADMIN_METHODS, ControlService
 from reference_server.frontend.dialects.base.dialect import Dialect
 from reference_server.frontend.dialects.base.service import Backend
@@ -183,7 +183,7 @@ class Frontend:
         except WorkerUnavailableError as exc:
             raise StartupError(str(exc)) from None
         tokenizer = await asyncio.to_thread(load_tokenizer, self.source)
-        self.ctx.engine = Engine(info, tokenizer, capabilities_for(info, tokenizer, self.config))
+        self.ctx.engine = EngineFacts(info, tokenizer, capabilities_for(info, tokenizer, self.config))
         self._serving_since = time.monotonic()
         self.ctx.set_phase(Phase.SERVING)
         log.info("serving %s on %s:%d", info.model_id, self.config.host, self.port)
@@ -285,7 +285,7 @@ class Frontend:
             previous = self.ctx.engine
             assert previous is not None  # recovery starts only after the first workers served
             # Fresh workers: the initial weights again, an empty KV cache, so a new instance (SVC-4).
-            self.ctx.engine = Engine(info, previous.tokenizer, previous.capabilities)
+            self.ctx.engine = EngineFacts(info, previous.tokenizer, previous.capabilities)
             self.ctx.failure = None
             self._serving_since = time.monotonic()
             self.ctx.set_phase(Phase.SERVING)

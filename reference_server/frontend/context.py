@@ -33,7 +33,7 @@ class Phase(enum.Enum):
 
 
 @dataclass
-class Engine:
+class EngineFacts:
     """What the workers reported once ready."""
 
     info: EngineInfo
@@ -53,7 +53,7 @@ class FrontendContext:
     link: EngineLink
     health: ServiceStatus = field(default_factory=ServiceStatus)
     phase: Phase = Phase.STARTING
-    engine: Engine | None = None
+    engine: EngineFacts | None = None
     failure: str | None = None
     started_at: float = field(default_factory=time.monotonic)
     started_at_unix: float = field(default_factory=time.time)  # the same instant, for clocks across hosts
@@ -70,7 +70,7 @@ class FrontendContext:
         self.phase = phase
         self.health.set(phase is Phase.SERVING)
 
-    def serving_engine(self) -> Engine:
+    def serving_engine(self) -> EngineFacts:
         """The engine, if the server accepts requests now; UNAVAILABLE otherwise (ERR-1)."""
         if self.phase is Phase.SERVING and self.engine is not None:
             return self.engine
@@ -82,7 +82,7 @@ class FrontendContext:
         }.get(self.phase, "the server is not ready")
         raise GRPCError(Status.UNAVAILABLE, reason)
 
-    def ready_engine(self) -> Engine:
+    def ready_engine(self) -> EngineFacts:
         """The engine for read-only RPCs, which keep working while draining."""
         if self.engine is None or self.phase in (Phase.FAILED, Phase.RECOVERING):
             return self.serving_engine()
@@ -142,7 +142,7 @@ def capabilities_for(info: EngineInfo, tokenizer: TokenizerBundle, config: Serve
     )
 
 
-def model_info_for(engine: Engine, config: ServerConfig) -> tuple[ModelInfo, EmbeddingModelInfo | None]:
+def model_info_for(engine: EngineFacts, config: ServerConfig) -> tuple[ModelInfo, EmbeddingModelInfo | None]:
     info, limits = engine.info, config.limits
     model = ModelInfo(
         model_id=info.model_id,

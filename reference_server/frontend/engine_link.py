@@ -120,9 +120,6 @@ class EngineLink:
         if self.failure is None:
             self.send(ipc.GrantTokens(rid, credit))
 
-    def shutdown_workers(self) -> None:
-        self.send(ipc.Shutdown())
-
     async def query(self, make: Callable[[int], msgspec.Struct], timeout_s: float = 30.0) -> Reply:
         """Ask the scheduler; WorkerUnavailableError if it failed or did not answer in time."""
         if self.failure is not None:

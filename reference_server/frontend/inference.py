@@ -25,7 +25,7 @@ from lmrpc.v1 import (
     Usage,
 )
 from reference_server import ipc
-from reference_server.frontend.context import Engine, FrontendContext
+from reference_server.frontend.context import EngineFacts, FrontendContext
 from reference_server.frontend.edge.call import current_call
 from reference_server.frontend.engine_link import WorkerUnavailableError
 from reference_server.frontend.grpc_hooks import StreamingDiscipline
@@ -85,7 +85,7 @@ class InferenceService(StreamingDiscipline, InferenceServiceBase):
         message: GenerateRequest,
         plan: GeneratePlan,
         state: RequestState,
-        engine: Engine,
+        engine: EngineFacts,
         trace_parent: str,
     ) -> AsyncIterator[GenerateResponse]:
         prompt_ids = await asyncio.to_thread(_tokenize, message, plan, engine)
@@ -245,7 +245,7 @@ def _encode_checked(request: ipc.SubmitRequest) -> bytes:
     return frame
 
 
-def _tokenize(message: GenerateRequest, plan: GeneratePlan, engine: Engine) -> list[int]:
+def _tokenize(message: GenerateRequest, plan: GeneratePlan, engine: EngineFacts) -> list[int]:
     if plan.input_kind == "token_ids":
         assert message.token_ids is not None
         return list(message.token_ids.ids)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from reference_server.config import EngineOptions
+from reference_server.config import DEFAULT_MAX_BATCH_TOKENS, EngineOptions
 from reference_server.detokenizer.incremental import DecodeTable
 from reference_server.engine.base import Engine
 from reference_server.engine.fake import FakeEngine, FakeEngineConfig
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle, load_tokenizer
-
-DEFAULT_MAX_BATCH_TOKENS = 512
 
 
 def create_engine(options: EngineOptions) -> Engine:

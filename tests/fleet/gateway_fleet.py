@@ -16,8 +16,8 @@ from openai import OpenAI
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import GetLoadRequest, Load
 from reference_server.models.source import DEFAULT_MODEL_ID
-from reference_server.smg_gateway import SmgGateway, free_port, sum_samples
-from reference_server.testing import ServerProcess
+from reference_server.smg_gateway import SmgGateway, sum_samples
+from reference_server.testing import ServerProcess, free_port
 
 FAKE_MODEL = f"fake-{DEFAULT_MODEL_ID}"
 # Routing decided by cache knowledge only: no warm-up slice sends cache misses or hits elsewhere.

@@ -20,7 +20,7 @@ from streams import first_delta, run
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import FinishReason, GenerateRequest, StoppingCriteria
 from reference_server.frontend.workers import SHUTDOWN_GRACE_S
-from reference_server.testing import ServerProcess
+from reference_server.testing import ServerProcess, free_port
 
 SERVICES = ("", "lmrpc.v1.InferenceService", "lmrpc.v1.ControlService")
 
@@ -32,12 +32,6 @@ async def health(port: int, service: str = "") -> int:
         return int(response.status)
     finally:
         channel.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_health_is_not_serving_until_the_engine_is_ready() -> None:

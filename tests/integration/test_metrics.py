@@ -11,8 +11,8 @@ from smg_grpc_proto import vllm_engine_pb2, vllm_engine_pb2_grpc
 
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
-from reference_server.smg_gateway import free_port, sum_samples
-from reference_server.testing import ServerProcess
+from reference_server.smg_gateway import sum_samples
+from reference_server.testing import ServerProcess, free_port
 
 PROMPT = list(range(500, 540))
 

@@ -10,8 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from reference_server.smg_gateway import free_port
-from reference_server.testing import ServerProcess
+from reference_server.testing import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

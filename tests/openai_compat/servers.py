@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from reference_server.models.source import DEFAULT_MODEL_ID, resolve_model
-from reference_server.smg_gateway import SmgGateway, free_port
-from reference_server.testing import ServerProcess
+from reference_server.smg_gateway import SmgGateway
+from reference_server.testing import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / "docs" / "reports" / "baselines"

@@ -20,6 +20,7 @@ from grpclib.const import Cardinality, Handler
 from grpclib.server import Server, Stream
 
 from conformance.stream.live import RawMessage
+from lmrpc.client import parse_target
 from lmrpc.v1 import (
     AbortRequest,
     ControlServiceStub,
@@ -104,8 +105,7 @@ class Proxy:
     name: ClassVar[str] = "reference (unmutated proxy)"
 
     def __init__(self, upstream: str) -> None:
-        host, _, port = upstream.rpartition(":")
-        self.channel = Channel(host, int(port))
+        self.channel = Channel(*parse_target(upstream))
         self.control = ControlServiceStub(self.channel)
         self.inference = InferenceServiceStub(self.channel)
         self.calls: dict[str, Call] = {}

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from zoo_scope import scope_args
 
-from reference_server.smg_gateway import free_port
-from reference_server.testing import ServerProcess
+from reference_server.testing import ServerProcess, free_port
 
 from .edge_mutants import EDGE_MUTANTS, EdgeMutant
 from .lanes import Outcome, run_harness

@@ -19,8 +19,7 @@ from zoo_scope import SCOPE, scope_args
 from conformance.cases import all_cases
 from conformance.spec.coverage import CLASSES
 from conformance.spec.registry import matches
-from reference_server.smg_gateway import free_port
-from reference_server.testing import ServerProcess
+from reference_server.testing import ServerProcess, free_port
 
 from .lanes import Outcome, _cases, run_harness, triggered
 from .protocols.engine_proxy import EngineProxy, RuntimeProxy

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_server.smg_gateway import free_port
+from reference_server.testing import free_port
 
 from .lanes import Outcome, run_harness
 from .lifecycle_mutants import LIFECYCLE_MUTANTS

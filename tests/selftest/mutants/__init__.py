@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from .abort_faults import ABORT_FAULTS
 from .base import Mutant
-from .control import CONTROL_MUTANTS
-from .controls import CORRECT_VARIANTS
+from .control_rpcs import CONTROL_MUTANTS
+from .correct_variants import CORRECT_VARIANTS
 from .requests import REQUEST_MUTANTS
 from .revision3 import REVISION_3_MUTANTS
 from .server_faults import SERVER_FAULTS

@@ -28,7 +28,7 @@ from lmrpc.v1 import (
 
 from ..proxy import Call, Out, Replayed
 from .base import Mutant, delta, finished, kind
-from .control import _ids
+from .control_rpcs import _ids
 
 
 def _forward_abort(ids: list[str]) -> AbortRequest:

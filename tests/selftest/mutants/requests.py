@@ -12,7 +12,7 @@ from lmrpc.v1 import GenerateRequest, GenerateResponse, ResponseOptions
 
 from ..proxy import Call, Out
 from .base import Mutant
-from .control import RequestRewrite
+from .control_rpcs import RequestRewrite
 
 KNOWN_ROLES = ("system", "user", "assistant")
 

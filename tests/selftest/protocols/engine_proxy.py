@@ -30,6 +30,7 @@ from conformance.stream.live import RawMessage
 from lmrpc._gen.sglang.grpc import scheduler as sglang
 from lmrpc._gen.sglang.runtime import v1 as rt
 from lmrpc._gen.vllm.grpc import engine as vllm
+from lmrpc.client import parse_target
 
 from ..proxy import PASSTHROUGH
 
@@ -91,8 +92,7 @@ class EngineProxy:
         return cls.fault or next((k.__doc__ for k in cls.__mro__ if k.__doc__), "").split("\n\n")[0]
 
     def __init__(self, upstream: str) -> None:
-        host, _, port = upstream.rpartition(":")
-        self.channel = Channel(host, int(port))
+        self.channel = Channel(*parse_target(upstream))
         self.calls: dict[str, EngineCall] = {}
         self.handlers: dict[str, Handler] = self.base.__mapping__(self.base)  # type: ignore[arg-type]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -11,12 +10,7 @@ import pytest
 from conformance.cli import main
 from conformance.report.coverage import seen_once, seen_once_because, stale_exceptions
 from conformance.spec.coverage import SEEN_ONCE_BECAUSE
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from reference_server.testing import free_port
 
 
 @pytest.mark.parametrize(
