@@ -103,10 +103,10 @@ def _openai_arguments(parser: argparse.ArgumentParser) -> None:
     openai.add_argument(
         "--parallel",
         type=_positive_int,
-        default=4,
+        default=None,
         metavar="N",
-        help="requests the server runs at once, when it does not say (llama.cpp's /props does); "
-        "sizes the disconnect and flow cases (default 4)",
+        help="requests the server runs at once, when it does not say (llama.cpp's /props does); sizes the "
+        "answer pool and the disconnect and flow cases (default: measured on a slow server, else 4)",
     )
 
 

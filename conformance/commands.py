@@ -12,7 +12,7 @@ import random
 import re
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -25,6 +25,8 @@ from conformance.drivers.detect import DetectionError
 from conformance.drivers.openai.target import HttpOptions, HttpTarget
 from conformance.harness.connect import AnyEndpoint, connect, parse_endpoint, protocol_of, wait_until_ready
 from conformance.harness.otlp import SpanReceiver
+from conformance.harness.pace import measure_pace
+from conformance.harness.refusals import learn_refusals
 from conformance.harness.runner import Progress, run_all
 from conformance.harness.session import Budgets, ServerAccess, Session, Tuning
 from conformance.harness.target import Credentials, TlsOptions
@@ -215,8 +217,10 @@ async def execute(
     http: HttpOptions | None = None,
     wait_s: float = 0.0,
     access: ServerAccess | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> None:
-    """Connect, run ``cases`` and fill ``report``; partial results survive interruption."""
+    """Connect, measure the server's pace, run ``cases`` and fill ``report``; partial results survive
+    interruption. ``say`` prints what the run chose."""
     done: dict[str, CaseResult] = {}
     inner_result = progress.on_result
 
@@ -260,8 +264,17 @@ async def execute(
         report.server["identity"] = {"source": wire.identity.source, **wire.identity.answers}
         report.settings["support"] = wire.support.to_json()
         report.settings["tokenizer"] = str(wire.tokenizer) if wire.tokenizer else None
-        report.settings["parallel"] = wire.parallel
     try:
+        await learn_refusals(session)
+        if session.info.refusals:
+            report.settings["refusals"] = dict(session.info.refusals)
+            say("refused by design: " + "; ".join(f"{k} ({v})" for k, v in session.info.refusals.items()))
+        jobs = await _pace(session, jobs, report, say)
+        if isinstance(wire, HttpTarget):
+            report.settings["parallel"], report.settings["parallel_source"] = (
+                wire.parallel,
+                wire.parallel_source,
+            )
         report.results = await run_all(session, cases, jobs=jobs, progress=progress)
     except asyncio.CancelledError:
         report.aborted = "interrupted"
@@ -275,6 +288,30 @@ async def execute(
     ]
     if down:
         report.aborted = down[0]
+
+
+async def _pace(session: Session, jobs: int, report: RunReport, say: Callable[[str], None]) -> int:
+    """Size budgets and concurrency from the server's measured pace (harness/pace.py); the number
+    of cases to run at once. A server that cannot answer the measurement runs at the flags' settings:
+    the cases then say what is wrong."""
+    try:
+        pace = await measure_pace(session, jobs)
+    except Exception as exc:
+        report.settings["pace"] = f"not measured: {type(exc).__name__}: {exc}"
+        say(
+            f"pace not measured ({type(exc).__name__}: {exc}); budgets at --time-scale {session.budgets.scale}"
+        )
+        return jobs
+    if (
+        isinstance(session.wire, HttpTarget)
+        and session.wire.parallel_source == "assumed"
+        and pace.measured_parallel
+    ):
+        session.wire.parallel, session.wire.parallel_source = pace.parallel, "measured"
+    report.settings["pace"] = pace.to_json()
+    report.settings["jobs"] = pace.jobs
+    say(pace.describe())
+    return pace.jobs
 
 
 def _access(args: argparse.Namespace, recorded: Mapping[str, Any] | None = None) -> ServerAccess:
@@ -374,6 +411,7 @@ async def run(args: argparse.Namespace) -> int:
                 http=_http(args, budgets, promises),
                 wait_s=args.wait,
                 access=_access(args),
+                say=lambda line: console.print(escape(line), highlight=False) if not args.quiet else None,
             )
     except asyncio.CancelledError:
         report.aborted = report.aborted or "interrupted"

@@ -6,6 +6,7 @@ hung)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,6 +17,7 @@ import betterproto2
 from lmrpc.v1 import Capabilities, EmbeddingModelInfo, ModelInfo, ServerInfo
 
 HARNESS_VERSION = "0.1.0"
+GREEDY_N = "greedy n>1"  # several outputs at temperature 0 (TargetInfo.refusals)
 REPORT_SCHEMA = "lmrpc-conformance/1"
 
 
@@ -34,14 +36,39 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Mismatch:
-    """One way the target differed from the contract: what was checked, the value wanted, the value got."""
+    """One way the target differed from the contract: what was checked, the value wanted, the value got;
+    ``subject`` names the request it was seen on, where a case judges many (a pooled clause)."""
 
     what: str
     want: str
     got: str
+    subject: str = ""
 
     def render(self) -> str:
-        return f"{self.what}: want {self.want}, got {self.got}"
+        where = f"{self.subject}: " if self.subject else ""
+        return f"{where}{self.what}: want {self.want}, got {self.got}"
+
+    @property
+    def fingerprint(self) -> str:
+        """What differs, without the values of this run: ``what`` and ``want`` with numbers, quoted
+        text, lists and request ids blanked. The same fault gives the same fingerprint run after run,
+        and a baseline entry names the fingerprints it excuses."""
+        return f"{shape(self.what)} — want {shape(self.want)}"[:200]
+
+
+_REQUEST_ID = re.compile(r"\bcf-[0-9a-f]{6}-\d+-[\w.:/-]*")
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_COLLECTION = re.compile(r"\[[^\[\]]*\]|\{[^{}]*\}")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def shape(text: str) -> str:
+    """``text`` with the values of one run blanked (see ``Mismatch.fingerprint``)."""
+    text = _REQUEST_ID.sub("<id>", text)
+    text = _QUOTED.sub("'…'", text)
+    for _ in range(3):  # nested lists, innermost first
+        text = _COLLECTION.sub(lambda m: m.group(0)[0] + "…" + m.group(0)[-1], text)
+    return " ".join(_NUMBER.sub("#", text).split())
 
 
 def show(value: Any) -> str:
@@ -93,6 +120,16 @@ class CaseResult:
     baseline_reason: str = ""  # for XFAIL: the baseline entry's reason
     sent: list[str] = field(default_factory=list)  # input classes the case's calls belonged to
 
+    def findings(self) -> dict[str, int]:
+        """Each distinct fingerprint of a failure, with how many mismatches showed it (in first-seen
+        order); a failure without mismatches is its reason's shape."""
+        if self.verdict not in (Verdict.FAIL, Verdict.XFAIL):
+            return {}
+        counts: dict[str, int] = {}
+        for m in self.mismatches:
+            counts[m.fingerprint] = counts.get(m.fingerprint, 0) + 1
+        return counts or {shape(self.reason) or "failed": 1}
+
     def to_json(self) -> dict[str, object]:
         return {
             "id": self.case_id,
@@ -101,7 +138,17 @@ class CaseResult:
             "verdict": self.verdict.value,
             "duration_s": round(self.duration_s, 4),
             "reason": self.reason,
-            "mismatches": [{"what": m.what, "want": m.want, "got": m.got} for m in self.mismatches],
+            "mismatches": [
+                {
+                    "what": m.what,
+                    "want": m.want,
+                    "got": m.got,
+                    "subject": m.subject,
+                    "fingerprint": m.fingerprint,
+                }
+                for m in self.mismatches
+            ],
+            "findings": [{"fingerprint": f, "count": n} for f, n in self.findings().items()],
             "repro": self.repro.to_json() if self.repro else None,
             "notes": self.notes,
             "baseline_reason": self.baseline_reason,
@@ -141,6 +188,12 @@ class TargetInfo:
     model: ModelInfo
     embedding: EmbeddingModelInfo | None
     kv_tokens_total: int = 0  # from GetLoad at connect time; 0 when the server does not say
+    # the prefix cache keeps whole blocks of this many tokens (vLLM: GetServerInfo.block_size); 0: not said
+    cache_block_tokens: int = 0
+    # options the server refuses by design where its protocol lets it (learned before the cases,
+    # harness/refusals.py): the option -> the server's answer. Cases that need one skip, quoting it;
+    # generated requests leave it out.
+    refusals: dict[str, str] = field(default_factory=dict)
 
     @property
     def caps(self) -> Capabilities:

@@ -11,7 +11,7 @@ from conformance.spec.profiles import PROFILES
 from conformance.spec.registry import REGISTRY
 from conformance.stream.live import LiveStream
 from conformance.stream.record import End, StreamRecord
-from conformance.vocabulary import CaseFailed, Mismatch
+from conformance.vocabulary import CaseFailed, CaseSkipped, Mismatch
 from lmrpc.v1 import (
     AbortRequest,
     AllRequests,
@@ -70,6 +70,26 @@ async def first_delta(ctx: Ctx, stream: LiveStream) -> None:
                 *ctx.check.mismatches,
                 Mismatch("a long request", "in flight with tokens streaming", stream.record.summary()),
             ]
+        )
+
+
+async def started(ctx: Ctx, *streams: LiveStream) -> None:
+    """Each stream is in flight: as many as the server runs at once generating (a first token), the
+    others, which it keeps waiting behind them, accepted (a first message, where the protocol sends
+    one before any token; where it sends none, a waiting request is silent and nothing is awaited)."""
+    for i, stream in enumerate(streams):
+        if i < ctx.session.parallel:
+            await first_delta(ctx, stream)
+        elif ctx.session.target.driver.announces_acceptance:
+            await accepted(ctx, stream)
+
+
+def need_running(ctx: Ctx, count: int, why: str) -> None:
+    """Skip unless the server runs ``count`` requests at once (harness/pace.py measured fewer)."""
+    if ctx.session.parallel < count:
+        raise CaseSkipped(
+            f"{why}: needs {count} requests running at once, and the server runs {ctx.session.parallel} "
+            "(measured before the cases)"
         )
 
 

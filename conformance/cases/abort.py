@@ -7,7 +7,7 @@ import asyncio
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import abort, abort_all, accepted, first_delta, ok, paused, resumed
+from conformance.cases._helpers import abort, abort_all, accepted, first_delta, ok, paused, resumed, started
 from conformance.harness.context import Ctx
 from conformance.harness.requests import long_request, long_tokens, request
 from conformance.spec.registry import Variant, case
@@ -260,8 +260,7 @@ async def abort_everything(ctx: Ctx) -> None:
     """Abort(all) aborts every request in flight and reports each ABORTED, once."""
     n = min(ctx.info.caps.max_outputs, 2)
     streams = [ctx.open(long_request(ctx, n=k)) for k in (None, n, None)]
-    for stream in streams:
-        await first_delta(ctx, stream)
+    await started(ctx, *streams)
     _expect_all_aborted(ctx, streams, await abort_all(ctx), "the requests in flight")
     for stream, k in zip(streams, (1, n, 1), strict=True):
         await expect_aborted_end(ctx, stream, k, f"{stream.record.request_id} after Abort(all)")

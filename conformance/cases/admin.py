@@ -68,7 +68,7 @@ async def pause_and_resume(ctx: Ctx) -> None:
         )
     finally:
         await ctx.call(ctx.control.resume_generation, ResumeGenerationRequest())
-    ok(ctx, await waiting.finish(ctx.budgets.stream_s), "the request sent while paused, after resume")
+    ok(ctx, await waiting.finish(), "the request sent while paused, after resume")
     stalled = len(running.events)
     await running.read_until(lambda e: e.seq >= stalled, ctx.budgets.prompt_s)
     ctx.check.that(
@@ -88,7 +88,7 @@ async def flush_is_harmless(ctx: Ctx) -> None:
     stream = ctx.open(req)
     await first_delta(ctx, stream)
     await ctx.call(ctx.control.flush_cache, FlushCacheRequest())
-    ok(ctx, await stream.finish(ctx.budgets.stream_s), "a request running across FlushCache")
+    ok(ctx, await stream.finish(), "a request running across FlushCache")
 
 
 async def _greedy_tokens(ctx: Ctx) -> list[list[int]] | None:

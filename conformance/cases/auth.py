@@ -12,7 +12,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
-from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok, still_streaming
+from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok, started, still_streaming
 from conformance.harness.context import Ctx
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
@@ -230,8 +230,7 @@ async def requests_belong_to_their_principal(ctx: Ctx) -> None:
     shared, theirs_only = ctx.uid("shared"), ctx.uid("theirs")
     theirs = [ctx.open(long_request(ctx, request_id=i), channel=admin_channel) for i in (shared, theirs_only)]
     mine = ctx.open(long_request(ctx, request_id=shared))  # the same id, another owner: no clash
-    for stream in (*theirs, mine):
-        await first_delta(ctx, stream)
+    await started(ctx, *theirs, mine)
     reply = await ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[shared, theirs_only])))
     ctx.check.equal(
         "a client's Abort of [its own id, an admin's id]",
@@ -255,7 +254,7 @@ async def requests_belong_to_their_principal(ctx: Ctx) -> None:
     )
     record = await ctx.open(
         request(ctx, max_tokens=2, ignore_eos=True, request_id=pre), channel=admin_channel
-    ).finish(ctx.budgets.stream_s)
+    ).finish()
     ctx.check.that(
         bool(record.outputs())
         and all(

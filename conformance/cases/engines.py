@@ -7,7 +7,7 @@ from __future__ import annotations
 from grpclib import GRPCError, Status
 from grpclib.const import Cardinality
 
-from conformance.cases._helpers import abort, first_delta, ok
+from conformance.cases._helpers import abort, first_delta, ok, started
 from conformance.drivers.engine import EngineDriver
 from conformance.harness.context import Ctx
 from conformance.harness.load import load_counts
@@ -147,8 +147,7 @@ async def health_check_while_streaming(ctx: Ctx) -> None:
     driver = engine(ctx)
     streams = [ctx.open(long_request(ctx)) for _ in range(2)]
     try:
-        for stream in streams:
-            await first_delta(ctx, stream)
+        await started(ctx, *streams)
         healthy, message = await driver.health(ctx.session.target.channel, ctx.budgets.rpc_s)
         ctx.check.equal("HealthCheck.healthy with two requests streaming", True, healthy)
         ctx.note(f"HealthCheck: healthy={healthy} message={message!r}")

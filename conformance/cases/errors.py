@@ -38,7 +38,7 @@ def _invalid_case(entry: Invalid) -> None:
     @case(entry.clause, tag=entry.label, requires=entry.requires, sends=entry.sends)
     async def rejected(ctx: Ctx) -> None:
         """The request fails with the code the contract gives it, and no messages."""
-        record = await ctx.generate(entry.build(ctx.info, ctx.uid()))
+        record = await ctx.answer(entry.build(ctx.info, ctx.uid()))
         expect_rejected(ctx, record, entry.codes, f"Generate with {entry.label}")
 
     rejected.__doc__ = (
@@ -59,7 +59,7 @@ async def generated_invalid(ctx: Ctx) -> None:
         req = copy_request(req)
         if not label.startswith("request_id"):
             req.request_id = ctx.uid()
-        record = await ctx.generate(req)
+        record = await ctx.answer(req)
         if record.end is End.STATUS and record.status is Status.INVALID_ARGUMENT and not record.events:
             return []
         return [Mismatch(f"Generate with {label}", "INVALID_ARGUMENT and no messages", status_of(record))]
@@ -100,7 +100,7 @@ async def status_names_field(ctx: Ctx) -> None:
         for e in applicable(ctx.info)
         if e.field and e.codes == (Status.INVALID_ARGUMENT,) and applies_here(ctx, f"{e.clause}[{e.label}]")
     ]
-    records = await asyncio.gather(*(ctx.generate(e.build(ctx.info, ctx.uid())) for e in entries))
+    records = await asyncio.gather(*(ctx.answer(e.build(ctx.info, ctx.uid())) for e in entries))
     aliases = ctx.session.target.driver.field_names
     for entry, record in zip(entries, records, strict=True):
         message = record.status_message.lower()
@@ -187,7 +187,7 @@ async def unknown_service(ctx: Ctx) -> None:
 async def serves_after_invalid(ctx: Ctx) -> None:
     """After a burst of invalid requests a valid request succeeds."""
     entries = applicable(ctx.info)
-    await asyncio.gather(*(ctx.generate(e.build(ctx.info, ctx.uid())) for e in entries))
+    await asyncio.gather(*(ctx.answer(e.build(ctx.info, ctx.uid())) for e in entries))
     ok(ctx, await ctx.generate(request(ctx, max_tokens=2)), "a valid Generate after invalid ones")
 
 

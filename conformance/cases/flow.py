@@ -9,7 +9,7 @@ import time
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import ok
+from conformance.cases._helpers import need_running, ok
 from conformance.harness.context import Ctx
 from conformance.harness.load import expect_released, quiet_load
 from conformance.harness.requests import long_tokens, request
@@ -195,6 +195,7 @@ async def stalled_client_is_given_up(ctx: Ctx) -> None:
         raise CaseSkipped("the server reports no stall timeout (ServerInfo.limits.stall_timeout_seconds = 0)")
     if 2 * stall + ctx.budgets.release_s > ctx.budgets.case_s(2.0) / 2:
         raise CaseSkipped(f"a stall timeout of {stall:g} s does not fit the case budget; raise --time-scale")
+    need_running(ctx, 2, "a stream read after the stall timeout beside one never read again")
     baseline = await quiet_load(ctx)
     max_tokens = long_tokens(ctx)
     reads_later = await _stalled(ctx, ctx.uid("stall-read"), max_tokens)

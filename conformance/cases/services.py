@@ -16,7 +16,16 @@ from grpclib.reflection.v1 import reflection_pb2 as refl_v1_pb2
 from grpclib.reflection.v1alpha import reflection_grpc as refl_v1alpha
 from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
 
-from conformance.cases._helpers import abort, accepted, applies_here, first_delta, ok, paused, resumed
+from conformance.cases._helpers import (
+    abort,
+    accepted,
+    applies_here,
+    first_delta,
+    ok,
+    paused,
+    resumed,
+    started,
+)
 from conformance.harness.context import Ctx
 from conformance.harness.load import idle_load, load_counts, quiet_load, released
 from conformance.harness.requests import long_request, request
@@ -231,8 +240,7 @@ async def health_while_streaming(ctx: Ctx) -> None:
     stub = HealthStub(ctx.session.target.channel)
     streams = [ctx.open(long_request(ctx)) for _ in range(2)]
     try:
-        for stream in streams:
-            await first_delta(ctx, stream)
+        await started(ctx, *streams)
         for service in ("", *LMRPC_SERVICES):
             reply = await stub.Check(HealthCheckRequest(service=service), timeout=ctx.budgets.rpc_s)
             ctx.check.equal(
@@ -288,7 +296,7 @@ async def load_matches_ground_truth(ctx: Ctx) -> None:
     baseline = await idle_load(ctx)
     if any(load_counts(baseline).values()):
         raise CaseSkipped(f"the server never read idle ({load_counts(baseline)}): LOAD-1[idle]'s business")
-    running = [ctx.open(long_request(ctx)) for _ in range(GROUND_RUNNING)]
+    running = [ctx.open(long_request(ctx)) for _ in range(min(GROUND_RUNNING, ctx.session.parallel))]
     waiting: list[LiveStream] = []
     pauses = ctx.info.has("admin") and applies_here(ctx, "LOAD-1[waiting]")  # it can hold one waiting
     try:

@@ -9,7 +9,7 @@ from conformance.cases._helpers import accepted, ok
 from conformance.cases._learned import DETERMINISTIC, learn, rerun, sendable, token_starts
 from conformance.harness.context import Ctx
 from conformance.harness.facts import gather_facts
-from conformance.harness.requests import long_request, request
+from conformance.harness.requests import long_request, request, sampled_for
 from conformance.search.pool import check_on_pool, copy_request
 from conformance.search.property import raise_outcome, search
 from conformance.search.strategies import deterministic_requests
@@ -164,11 +164,11 @@ async def no_cross_talk(ctx: Ctx) -> None:
         "Réponds :",
     ]
     alone = [ok(ctx, await ctx.generate(request(ctx, p, temperature=0.0))) for p in prompts[:3]]
+    n = min(ctx.info.caps.max_outputs, 2)
     together = await asyncio.gather(
-        *(
-            ctx.generate(request(ctx, p, temperature=0.0, n=2 if i % 2 else None))
-            for i, p in enumerate(prompts)
-        )
+        *(ctx.generate(request(ctx, p, temperature=0.0)) for p in prompts[:3]),
+        # beside them, requests of several outputs: sampled, their ids still cross no stream
+        *(ctx.generate(request(ctx, p, n=n, temperature=sampled_for(n))) for p in prompts[3:]),
     )
     for i, record in enumerate(together[:3]):
         ok(ctx, record)

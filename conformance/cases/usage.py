@@ -12,9 +12,9 @@ from grpclib.const import Status
 from conformance.cases._helpers import abort, accepted, expect_rejected, first_delta, ok, outputs_tokens
 from conformance.harness.context import Ctx
 from conformance.harness.load import idle_load
-from conformance.harness.requests import request
+from conformance.harness.requests import request, sampled_for
 from conformance.spec.registry import Variant, case
-from conformance.stream.record import End
+from conformance.stream.record import End, StreamRecord
 from conformance.vocabulary import CaseSkipped
 from lmrpc.v1 import FlushCacheRequest, GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 
@@ -37,7 +37,10 @@ async def prompt_tokens_match_tokenize(ctx: Ctx) -> None:
     """prompt_tokens equals the number of ids Tokenize returns for the same text, once whatever n is."""
     n = min(ctx.info.caps.max_outputs, 3)
     records = await asyncio.gather(
-        *(ctx.generate(request(ctx, t, max_tokens=1, n=n if i % 2 else None)) for i, t in enumerate(TEXTS))
+        *(
+            ctx.generate(request(ctx, t, max_tokens=1, n=n if i % 2 else None, temperature=sampled_for(n)))
+            for i, t in enumerate(TEXTS)
+        )
     )
     for text, record in zip(TEXTS, records, strict=True):
         ok(ctx, record)
@@ -48,21 +51,48 @@ async def prompt_tokens_match_tokenize(ctx: Ctx) -> None:
         )
 
 
+PAST_BLOCK = 16  # prompt tokens beyond a whole cache block: a block fills, and the last token is spare
+LONGEST_PROBE = 1024  # where the protocol does not say how its cache keeps prompts, the longest tried
+
+
+async def _sent_twice(ctx: Ctx, text: str) -> tuple[StreamRecord, StreamRecord, int, int]:
+    """The same greedy request twice, one after the other: both records, the prompt's tokens and the
+    cached tokens the second time."""
+    first = ok(ctx, await ctx.generate(request(ctx, text, temperature=0.0, max_tokens=4)))
+    again = ok(ctx, await ctx.generate(request(ctx, text, temperature=0.0, max_tokens=4)))
+    usage = again.usage
+    return first, again, usage.prompt_tokens if usage else 0, usage.cached_prompt_tokens if usage else 0
+
+
 def _prefix_case(tag: str, text: str) -> None:
     @case("USAGE-6", tag=tag, requires=("prefix_cache",))
     async def cached(ctx: Ctx) -> None:
         """The same prompt sent again after the first request finished reports cached_prompt_tokens > 0."""
-        first = ok(ctx, await ctx.generate(request(ctx, text, temperature=0.0, max_tokens=4)))
-        again = ok(ctx, await ctx.generate(request(ctx, text, temperature=0.0, max_tokens=4)))
-        usage = again.usage
-        prompt = usage.prompt_tokens if usage else 0
+        block = ctx.info.cache_block_tokens
+        first, again, prompt, hits = await _sent_twice(ctx, text)
         if prompt < 2:
             raise CaseSkipped(f"the prompt {text!r} is {prompt} token(s); the clause needs at least 2")
+        if block > 1 and prompt <= block:  # the protocol says its cache keeps whole blocks
+            if tag == "short":
+                raise CaseSkipped(
+                    f"the server's prefix cache keeps whole blocks of {block} tokens (GetServerInfo."
+                    f"block_size): a {prompt}-token prompt fills none"
+                )
+            copies = -(-(block + PAST_BLOCK) // prompt)
+            first, again, prompt, hits = await _sent_twice(ctx, " ".join([text] * copies))
+        elif not hits and not block and ctx.session.protocol != "lmrpc":
+            # the protocol does not say how its cache keeps prompts: learn whether it keeps whole blocks
+            longer = await _shortest_cached(ctx, text, prompt)
+            if longer is not None:
+                raise CaseSkipped(
+                    f"a repeated {prompt}-token prompt is not served from the cache and a {longer}-token one "
+                    "is: the cache keeps whole blocks, which the protocol does not say the size of"
+                )
         ctx.check.that(
-            usage is not None and usage.cached_prompt_tokens > 0,
+            hits > 0,
             f"cached_prompt_tokens of a repeated {prompt}-token prompt",
             "> 0",
-            usage.cached_prompt_tokens if usage else None,
+            hits if again.usage else None,
         )
         if ctx.info.has("deterministic_greedy"):
             ctx.check.equal(
@@ -70,6 +100,18 @@ def _prefix_case(tag: str, text: str) -> None:
             )
 
     cached.__doc__ = f"A repeated {tag} prompt is served from the prefix cache (cached_prompt_tokens > 0)."
+
+
+async def _shortest_cached(ctx: Ctx, text: str, tokens: int) -> int | None:
+    """The length of the shortest repeat of ``text`` served from the cache when sent twice (growing it
+    fourfold up to LONGEST_PROBE tokens), or None when none was."""
+    copies = 4
+    while tokens * copies <= LONGEST_PROBE:
+        _, _, prompt, hits = await _sent_twice(ctx, " ".join([text] * copies))
+        if hits:
+            return prompt
+        copies *= 4
+    return None
 
 
 _prefix_case("long", LONG_PROMPT)
@@ -149,7 +191,7 @@ async def never_fits(ctx: Ctx) -> None:
     req = GenerateRequest(
         request_id=ctx.uid(),
         token_ids=TokenIds(ids=[1] * prompt),
-        sampling=SamplingParams(n=n),
+        sampling=SamplingParams(n=n, temperature=sampled_for(n)),
         stopping=StoppingCriteria(max_tokens=window - prompt, ignore_eos=True),
     )
     expect_rejected(
@@ -260,7 +302,7 @@ async def waits_for_capacity(ctx: Ctx) -> None:
         return GenerateRequest(
             request_id=ctx.uid(tag),
             token_ids=TokenIds(ids=prompt),
-            sampling=SamplingParams(n=n, temperature=0.0),
+            sampling=SamplingParams(n=n, temperature=sampled_for(n)),
             stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
         )
 

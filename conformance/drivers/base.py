@@ -60,12 +60,14 @@ class Discovered:
     model: ModelInfo
     embedding: EmbeddingModelInfo | None
     kv_tokens_total: int  # 0 when the server does not say
+    cache_block_tokens: int = 0  # the prefix cache's granularity where the protocol says (0: it does not)
 
 
 class Driver(ABC):
     protocol: ClassVar[str]  # one of PROTOCOLS
     service: ClassVar[str]  # the fully qualified service the protocol's calls go to
     abort_outcomes: ClassVar[bool] = True  # Abort reports per-id outcomes (ABORTED / NOT_IN_FLIGHT)
+    announces_acceptance: ClassVar[bool] = False  # a first message (PromptInfo) before any token
     instance_field: ClassVar[str] = ""  # what names the running instance (SVC-4); "" where only uptime does
     field_names: ClassVar[Mapping[str, str]] = MappingProxyType(
         {}

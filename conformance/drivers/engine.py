@@ -133,6 +133,7 @@ class EngineDriver(Driver):
         self.promises = promises
         self.model = ModelInfo()
         self._tokenizer: Tokenizer | None = None
+        self.cache_block_tokens = 0  # GetServerInfo.block_size, where the protocol has it
 
     # ── what each protocol defines ───────────────────────────
     @abstractmethod
@@ -246,7 +247,7 @@ class EngineDriver(Driver):
                 "text prompts with it, as smg does"
             ) from None
         server = await self.server_info(stub, timeout_s)
-        return Discovered(server, self.model, None, load.kv_tokens_total)
+        return Discovered(server, self.model, None, load.kv_tokens_total, self.cache_block_tokens)
 
     async def bundle(self, channel: Channel, timeout_s: float) -> Bundle:
         async def collect() -> Bundle:
@@ -291,6 +292,7 @@ class EngineDriver(Driver):
         name, version, uptime, instance = self.protocol, "", 0.0, ""
         try:
             native = await stub.get_server_info(self.server_request(), timeout=timeout)
+            self.cache_block_tokens = int(getattr(native, "block_size", 0) or 0)  # vLLM says; SGLang does not
             name = native.server_type or name
             version = getattr(native, "sglang_version", "")
             uptime = native.uptime_seconds

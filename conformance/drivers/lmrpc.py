@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 class LmrpcDriver(Driver):
     protocol = "lmrpc"
+    announces_acceptance = True  # PromptInfo
     instance_field = "ServerInfo.instance_id"
     service = "lmrpc.v1.ControlService"
 

@@ -174,6 +174,19 @@ class _OutputState:
     ids: list[int] = field(default_factory=list)
     finishes: int = 0
     rid: str | None = None
+    # declared incremental: the logprob lists of every response so far (SGLang slices them as it
+    # slices the ids), so the output's lists read as a cumulative stream's do
+    token_logprobs: list[Any] = field(default_factory=list)
+    top_logprobs: list[Any] = field(default_factory=list)
+
+    def logprob_lists(self, meta: dict[str, Any], incremental: bool) -> dict[str, Any]:
+        """``meta``'s logprob lists as the whole output's so far."""
+        if not incremental or not isinstance(meta.get("output_token_logprobs"), list):
+            return meta
+        tops = meta.get("output_top_logprobs")
+        self.token_logprobs += meta["output_token_logprobs"]
+        self.top_logprobs += tops if isinstance(tops, list) else [[] for _ in meta["output_token_logprobs"]]
+        return {"output_token_logprobs": self.token_logprobs, "output_top_logprobs": self.top_logprobs}
 
 
 @dataclass
@@ -230,11 +243,12 @@ class RuntimeReader:
         prompt, completion, cached = prompt or 0, completion or 0, cached or 0
         start = len(output.ids)
         output.ids += new
+        lists = output.logprob_lists(meta, self.incremental)
         events: list[GenerateResponse] = []
         if self.normalizer.streaming and (new or reason is None):
             # on the finished response, the output's last ids (if any) become a chunk of their own
             so_far = completion if reason is None else len(output.ids)
-            chunk = _View(new, [], prompt, so_far, cached, index, _logprobs(meta, start))
+            chunk = _View(new, [], prompt, so_far, cached, index, _logprobs(lists, start))
             events += self.normalizer.chunk(request_id, chunk)
         if reason is not None:
             matched = reason.get("matched")
@@ -245,7 +259,7 @@ class RuntimeReader:
                 completion,
                 cached,
                 index,
-                _logprobs(meta, 0),
+                _logprobs(lists, 0),
                 finish_reason=str(reason.get("type", "")),
                 matched_token_id=matched
                 if isinstance(matched, int) and not isinstance(matched, bool)

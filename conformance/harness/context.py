@@ -9,6 +9,7 @@ Unary RPCs are typed: ``await ctx.call(ctx.control.abort, AbortRequest(...))`` r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -220,13 +221,27 @@ class Ctx:
         hung_ok: bool = False,
         total_s: float | None = None,
     ) -> StreamRecord:
-        """Run one Generate call to its end. A call that hangs raises StreamHung (unless ``hung_ok``):
-        a property search stops at once instead of shrinking through more hangs."""
-        stream = self.open(request, deadline_s=deadline_s, idle_s=total_s)
-        record = await stream.finish(total_s or self.budgets.stream_s)
+        """Run one Generate call to its end. A call that hangs (silent for the idle budget, or open after
+        ``total_s`` when given) raises StreamHung unless ``hung_ok``: a property search stops at once
+        instead of shrinking through more hangs. A slow stream that keeps sending is not hung."""
+        async with self.session.gate or contextlib.nullcontext():
+            stream = self.open(request, deadline_s=deadline_s, idle_s=total_s)
+            record = await stream.finish(total_s)
         self._calls[id(stream)].outcome = record.summary()
         if record.end is End.HUNG and not hung_ok:
             raise StreamHung(f"Generate({request.request_id!r}) hung: {record.detail}")
+        return record
+
+    async def answer(self, request: GenerateRequest) -> StreamRecord:
+        """How the server answers a request the contract rejects: a status before any message, or a first
+        message. An accepted call is cancelled at that first message: what it would stream is another
+        clause's business, and a server that accepts a window-long request must not hold this case for
+        the minutes it streams."""
+        stream = self.open(request)
+        if await stream.read_until(lambda event: True, self.budgets.prompt_s) is not None:
+            await self.cancel(stream)
+        record = await stream.finish(self.budgets.release_s)
+        self._calls[id(stream)].outcome = record.summary()
         return record
 
     async def cancel(self, stream: LiveStream) -> None:

@@ -47,8 +47,21 @@ def long_request(
 ) -> GenerateRequest:
     """A request that stays in flight until it is aborted or cancelled (ignore_eos, all the window allows)."""
     return request(
-        ctx, text, max_tokens=long_tokens(ctx), ignore_eos=True, n=n, temperature=0.0, request_id=request_id
+        ctx,
+        text,
+        max_tokens=long_tokens(ctx),
+        ignore_eos=True,
+        n=n,
+        temperature=sampled_for(n),
+        request_id=request_id,
     )
+
+
+def sampled_for(n: int | None) -> float:
+    """The temperature of a request that needs no particular one: greedy for one output, sampled for
+    several. Greedy with n > 1 is a choice of its own that servers may refuse (vLLM does, by design):
+    only the clauses about it send it."""
+    return 0.0 if (n or 1) == 1 else 1.0
 
 
 def long_tokens(ctx: Ctx) -> int:

@@ -19,6 +19,8 @@ from conformance.harness.otlp import SpanReceiver
 from conformance.harness.target import Target
 from conformance.vocabulary import TargetInfo
 
+ASSUMED_PARALLEL = 64  # what a server is taken to run at once until its pace says otherwise
+
 
 @dataclass(frozen=True, slots=True)
 class Budgets:
@@ -126,6 +128,10 @@ class Session:
     access: ServerAccess = ServerAccess()
     spans: SpanReceiver | None = None  # receiving at access.otlp_listen for the whole run
     run_token: str = field(default_factory=lambda: secrets.token_hex(3))
+    # requests the server runs at once: measured on a slow server (harness/pace.py), else assumed
+    # to be at least what any case keeps in flight
+    parallel: int = ASSUMED_PARALLEL
+    gate: asyncio.Semaphore | None = None  # on a slow server: no more requests at once than it runs
     _memo: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _ids: int = 0
 

@@ -106,7 +106,13 @@ class Target:
         except BaseException:
             channel.close()
             raise
-        info = TargetInfo(found.server, found.model, found.embedding, found.kv_tokens_total)
+        info = TargetInfo(
+            found.server,
+            found.model,
+            found.embedding,
+            found.kv_tokens_total,
+            cache_block_tokens=found.cache_block_tokens,
+        )
         control = driver.control(channel)
         admin_channel = None
         if endpoint.credentials.admin_token:

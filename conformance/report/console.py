@@ -29,6 +29,9 @@ STYLE = {
 }
 
 
+MISMATCHES_SHOWN = 12  # per failure on the console; the JSON report has all
+
+
 def progress_bar(
     console: Console, total: int
 ) -> tuple[Progress, Callable[[Case], None], Callable[[CaseResult], None]]:
@@ -98,10 +101,16 @@ def render(console: Console, report: RunReport, *, verbose: bool = False, quiet:
 def _failure(console: Console, r: CaseResult, verbose: bool, protocol: str) -> None:
     clause = CLAUSES[r.clause]
     body = [f"[bold]{clause.id}[/] ({r.level}) {escape(clause_text(protocol, clause.id))}", ""]
-    for m in r.mismatches:
+    findings = r.findings()
+    if len(findings) > 1 or len(r.mismatches) > 1:
+        body += ["[bold]findings[/]", *(f"  {n} x {escape(fp)}" for fp, n in findings.items()), ""]
+    for m in r.mismatches[:MISMATCHES_SHOWN]:
+        subject = f"[dim]{escape(m.subject)}:[/] " if m.subject else ""
         body.append(
-            f"[bold]{escape(m.what)}[/]\n  want: [green]{escape(m.want)}[/]\n  got:  [red]{escape(m.got)}[/]"
+            f"{subject}[bold]{escape(m.what)}[/]\n  want: [green]{escape(m.want)}[/]\n  got:  [red]{escape(m.got)}[/]"
         )
+    if len(r.mismatches) > MISMATCHES_SHOWN:
+        body.append(f"... and {len(r.mismatches) - MISMATCHES_SHOWN} more (every one is in the JSON report)")
     if not r.mismatches:
         body.append(escape(r.reason))
     if r.repro and r.repro.example:

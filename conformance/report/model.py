@@ -56,7 +56,13 @@ def failure_text(result: CaseResult, protocol: str = "lmrpc") -> str:
     """A failure as plain text (JUnit, pytest): the clause, every mismatch as want/got, the repro."""
     clause = CLAUSES[result.clause]
     lines = [f"{clause.id} ({result.level}): {clause_text(protocol, clause.id)}", ""]
-    lines += [f"- {m.what}\n    want: {m.want}\n    got:  {m.got}" for m in result.mismatches]
+    findings = result.findings()
+    if len(findings) > 1 or len(result.mismatches) > 1:
+        lines += ["Findings:", *(f"  {count} x {fp}" for fp, count in findings.items()), ""]
+    lines += [
+        f"- {m.subject + ': ' if m.subject else ''}{m.what}\n    want: {m.want}\n    got:  {m.got}"
+        for m in result.mismatches
+    ]
     if result.reason and not result.mismatches:
         lines.append(result.reason)
     if result.repro is not None:

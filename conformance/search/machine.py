@@ -214,7 +214,7 @@ class Lifecycle(RuleBasedStateMachine):
             return list(
                 await asyncio.gather(
                     *(
-                        s.finish(ctx.budgets.release_s if rid in self.aborted else ctx.budgets.stream_s)
+                        s.finish(ctx.budgets.release_s if rid in self.aborted else None)
                         for rid, s in self.streams.items()
                     )
                 )

@@ -39,6 +39,12 @@ def openai_requests(
         fields["top_p"] = draw(st.sampled_from([0.5, 0.9, 1.0]))
     if support.has(api, "n"):
         fields["n"] = draw(st.sampled_from([None, 1, 2]))
+        if fields["n"] == 2 and fields["temperature"] == 0 and not support.has(api, "greedy_n"):
+            # several greedy choices are an option of their own, which this server refuses
+            if greedy:
+                del fields["n"]
+            else:
+                fields["temperature"] = 1.0
     if support.has(api, "seed") and not greedy:
         fields["seed"] = draw(st.none() | st.integers(0, 2**31 - 1))
     if support.has(api, "stop") and draw(st.booleans()):

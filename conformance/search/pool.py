@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import Phase
 
 from conformance.harness.context import Ctx
 from conformance.harness.facts import gather_facts
+from conformance.harness.requests import sampled_for
 from conformance.harness.session import Session
 from conformance.report.repro import script
-from conformance.search.property import profile, raise_outcome, run_property, search
+from conformance.search.property import keep_repro, profile, run_property, search
 from conformance.search.strategies import valid_requests
 from conformance.stream.record import StreamRecord
 from conformance.validators import validate
@@ -63,7 +64,7 @@ def _always(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
     return [
         GenerateRequest(
             text="Hello",
-            sampling=SamplingParams(temperature=0.0, n=n),
+            sampling=SamplingParams(temperature=sampled_for(n), n=n),
             stopping=StoppingCriteria(max_tokens=max_tokens),
         ),
         GenerateRequest(
@@ -95,7 +96,7 @@ def _final_only(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
     return [
         GenerateRequest(
             text="Hello",
-            sampling=SamplingParams(n=n),
+            sampling=SamplingParams(n=n, temperature=sampled_for(n)),
             stopping=StoppingCriteria(max_tokens=max_tokens, ignore_eos=True),
             response=ResponseOptions(final_only=True),
         ),
@@ -248,7 +249,11 @@ async def check_on_pool(ctx: Ctx, clause: str) -> None:
     ctx.note(f"{len(entries)} pooled streams validated, {len(failures)} violate {clause}")
     if not failures:
         return
-    entry, found = failures[0]
+    # every violating request is reported, each finding under its request; the search adds a minimal one
+    pooled = [
+        replace(m, subject=e.record.request_id or "a pooled request") for e, found in failures for m in found
+    ]
+    entry = failures[0][0]
 
     async def body(request: GenerateRequest) -> list[Mismatch]:
         request = copy_request(request)
@@ -260,8 +265,9 @@ async def check_on_pool(ctx: Ctx, clause: str) -> None:
     # examples shortlex, so a fixed value would always count as "smaller" than any generated one.
     outcome = await search(ctx, valid_requests(ctx.info, max_tokens=ctx.tuning.max_tokens), body)
     if not outcome.passed:
-        raise_outcome(ctx, outcome)
-    ctx.note("a fresh search did not reproduce the violation (intermittent?); reporting the pooled stream")
+        keep_repro(ctx, outcome)
+        raise CaseFailed([*pooled, *(replace(m, subject="the shrunk example") for m in outcome.mismatches)])
+    ctx.note("a fresh search did not reproduce the violation (intermittent?); reporting the pooled streams")
     ctx.repro = Repro(
         kind="example",
         example=repr(entry.record.request),
@@ -272,4 +278,4 @@ async def check_on_pool(ctx: Ctx, clause: str) -> None:
             ctx.session.target.driver.protocol,
         ),
     )
-    raise CaseFailed([*found, Mismatch("stream", "(see above)", entry.record.summary())])
+    raise CaseFailed(pooled)

@@ -197,6 +197,12 @@ def raise_outcome(ctx: Ctx, outcome: PropertyOutcome) -> None:
     """Turn a failed search into the case's failure, with the shrunk example and a repro script."""
     if outcome.passed:
         return
+    keep_repro(ctx, outcome)
+    raise CaseFailed(outcome.mismatches)
+
+
+def keep_repro(ctx: Ctx, outcome: PropertyOutcome) -> None:
+    """The case's repro: the shrunk example of a failed search, as a script."""
     calls = list(ctx.transcript)
     if isinstance(outcome.last_failing, GenerateRequest):
         calls = [Call(0.0, "inference", "generate", outcome.last_failing)]
@@ -209,4 +215,3 @@ def raise_outcome(ctx: Ctx, outcome: PropertyOutcome) -> None:
             ctx.case_id, str(ctx.session.target.endpoint), calls, ctx.session.target.driver.protocol
         ),
     )
-    raise CaseFailed(outcome.mismatches)

@@ -11,7 +11,7 @@ import struct
 
 from hypothesis import strategies as st
 
-from conformance.vocabulary import TargetInfo
+from conformance.vocabulary import GREEDY_N, TargetInfo
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,
@@ -86,7 +86,7 @@ def _maybe(strategy: st.SearchStrategy[object], enabled: bool = True) -> st.Sear
 
 def sampling(info: TargetInfo, *, max_n: int = 3) -> st.SearchStrategy[SamplingParams]:
     trunc, pen, seeded = info.has("truncation_sampling"), info.has("penalties"), info.has("seeded_sampling")
-    return st.builds(
+    params = st.builds(
         SamplingParams,
         temperature=_maybe(st.one_of(st.just(0.0), _f32(0.1, 1.5))),
         top_p=_maybe(_f32(0.05, 1.0), trunc),
@@ -98,6 +98,16 @@ def sampling(info: TargetInfo, *, max_n: int = 3) -> st.SearchStrategy[SamplingP
         seed=_maybe(st.integers(0, 2**63 - 1), seeded),
         n=_maybe(st.integers(1, max(1, min(info.caps.max_outputs, max_n)))),
     )
+    if GREEDY_N not in info.refusals:
+        return params
+    return params.map(_sampled_when_several)
+
+
+def _sampled_when_several(params: SamplingParams) -> SamplingParams:
+    """A server that refuses several greedy outputs (TargetInfo.refusals) gets them sampled."""
+    if (params.n or 1) > 1 and params.temperature == 0:
+        params.temperature = 1.0
+    return params
 
 
 def stopping(info: TargetInfo, max_tokens: int) -> st.SearchStrategy[StoppingCriteria]:
@@ -186,10 +196,13 @@ def deterministic_requests(info: TargetInfo, *, max_tokens: int) -> st.SearchStr
 
     def pin(request: GenerateRequest, seed: int, greedy: bool) -> GenerateRequest:
         sampling = request.sampling or SamplingParams()
+        if GREEDY_N in info.refusals and (sampling.n or 1) > 1:
+            sampling.n = 1  # a server that refuses several greedy outputs: one, reproducible
         if greedy or not info.has("seeded_sampling"):
             sampling.temperature = 0.0
         else:
             sampling.seed = seed
+        request.sampling = sampling
         return request
 
     return st.builds(

@@ -132,9 +132,11 @@ class LiveStream:
                 return event
         return None
 
-    async def finish(self, total_s: float) -> StreamRecord:
-        """Wait for the call to end. A call silent for ``idle_s``, or open after ``total_s``, is HUNG."""
-        give_up = time.monotonic() + total_s
+    async def finish(self, total_s: float | None = None) -> StreamRecord:
+        """Wait for the call to end. A call silent for ``idle_s`` is HUNG; so is one still open after
+        ``total_s``, when the caller gives one (it expects the end promptly: an aborted request). Without
+        it a stream that keeps sending is waited for: slow is not hung."""
+        give_up = time.monotonic() + total_s if total_s is not None else float("inf")
         while not self.done.is_set():
             now = time.monotonic()
             wait = min(give_up - now, self._last_progress + self.idle_s - now)

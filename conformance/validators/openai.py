@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from conformance.drivers.openai.exchange import End, Exchange, OpenAIRequest
-from conformance.drivers.openai.view import FINISH_REASONS, ChoiceView, CompletionView, view_of
+from conformance.drivers.openai.view import FINISH_REASONS, ChoiceView, CompletionView, TokenEntry, view_of
 from conformance.vocabulary import Mismatch, mismatch
 
 LOGPROB_SLACK = 1e-4  # servers round logprobs to a few digits
@@ -119,8 +119,17 @@ def role_first(answer: Answer) -> list[Mismatch]:
                     roles[:3] or "no role",
                 )
             )
-        elif len(roles) > 1:
-            out.append(mismatch(f"{_where(answer)}: choice {index}'s roles", "one, first", roles[:5]))
+            continue
+        # a later chunk may repeat the role (TGI sends `assistant` on every chunk), never change it
+        others = [(number, role) for number, role in roles[1:] if role != "assistant"]
+        if others:
+            out.append(
+                mismatch(
+                    f"{_where(answer)}: choice {index}'s roles after its first chunk",
+                    "assistant again or none",
+                    others[:5],
+                )
+            )
     return out
 
 
@@ -160,8 +169,9 @@ def one_finish(answer: Answer) -> list[Mismatch]:
     if not answer.ok:
         return []
     out = []
+    ended_by_error = bool(answer.view.error_events)  # an error event ends a stream without finishes (ERR-2)
     for index, choice in sorted(answer.view.choices.items()):
-        if len(choice.finishes) != 1:
+        if len(choice.finishes) > 1 or (not choice.finishes and not ended_by_error):
             out.append(
                 mismatch(
                     f"{_where(answer)}: choice {index}'s finish_reason values", "exactly one", choice.finishes
@@ -183,6 +193,14 @@ def answered_or_refused(answer: Answer) -> list[Mismatch]:
     """A request drawn from what the server supports is answered, or, as a combination it does not
     serve, refused as OpenAI refuses: a 4xx with an error object. Never a 5xx, nor no answer."""
     exchange = answer.exchange
+    if exchange.status == 200 and answer.view.error_events:
+        return [
+            mismatch(
+                f"{_where(answer)}: a valid request's stream",
+                "answered to its end, with no error event",
+                answer.view.error_events[:1],
+            )
+        ]
     if exchange.status == 200 or (400 <= exchange.status < 500 and exchange.error_object() is not None):
         return []
     got = exchange.summary() + (f": {exchange.text[:200]}" if exchange.text else "")
@@ -407,31 +425,59 @@ def logprob_entries(answer: Answer) -> list[Mismatch]:
                     len(choice.entries),
                 )
             )
+        # each kind of problem once per choice, at its first entry: one fault never hides another
+        seen: set[str] = set()
         for position, entry in enumerate(choice.entries):
-            problems = _entry_problems(entry.logprob, entry.top, k, entry.top_is_dict)
-            if problems:
-                out.append(
-                    mismatch(
-                        f"{where}: logprobs entry {position} ({entry.token!r})", problems[0], problems[1]
-                    )
-                )
-                break
+            for kind, want, got in _entry_problems(entry, k):
+                if kind not in seen:
+                    seen.add(kind)
+                    out.append(mismatch(f"{where}: logprobs entry {position} ({entry.token!r})", want, got))
     return out
 
 
-def _entry_problems(
-    logprob: float | None, top: tuple[tuple[str, float], ...], k: int, is_dict: bool
-) -> tuple[str, object] | None:
+def _entry_problems(entry: TokenEntry, k: int) -> list[tuple[str, str, object]]:
+    """(kind, want, got) of each rule one logprobs entry breaks.
+
+    Chat: ``top_logprobs`` are exactly the ``k`` most likely tokens, sorted by logprob (ties in any
+    order); the sampled token is among them unless ``k`` tokens at least as likely fill them.
+    Legacy completions: a dict (equal strings collapse, so fewer entries may come) of at most ``k``
+    entries, or ``k + 1`` when one of them is the sampled token itself (OpenAI: "the API will always
+    return the logprob of the sampled token, so there may be up to logprobs+1 elements"; vLLM
+    answers logprobs=0 with the sampled token alone). A dict's order means nothing."""
+    out: list[tuple[str, str, object]] = []
+    logprob, top = entry.logprob, entry.top
     if logprob is None or math.isnan(logprob) or logprob > LOGPROB_SLACK:
-        return "a logprob <= 0", logprob
-    if (len(top) > k or len(top) < min(k, 1)) if is_dict else len(top) != k:
-        return (f"at most {k} alternatives" if is_dict else f"{k} alternatives"), len(top)
+        out.append(("logprob", "a logprob <= 0", logprob))
+    # the sampled token among the alternatives: by its text, or by its logprob where the text of a
+    # token that is no whole character is shown otherwise (llama.cpp lists its bytes as U+FFFD)
+    listed = any(
+        token == entry.token or (logprob is not None and abs(value - logprob) <= LOGPROB_SLACK)
+        for token, value in top
+    )
+    if entry.top_is_dict:
+        if not (min(k, 1) <= len(top) <= k or (len(top) == k + 1 and listed)):
+            want = f"at most {k} alternatives, or {k + 1} with the sampled token among them"
+            out.append(("count", want, [token for token, _ in top]))
+    elif len(top) != k:
+        out.append(("count", f"{k} alternatives", len(top)))
     values = [v for _, v in top]
     if any(math.isnan(v) or v > LOGPROB_SLACK for v in values):
-        return "alternatives with logprobs <= 0", values
-    if not is_dict and any(a < b - LOGPROB_SLACK for a, b in itertools.pairwise(values)):
-        return "alternatives sorted by logprob, highest first", values
-    return None
+        out.append(("values", "alternatives with logprobs <= 0", values))
+    if not entry.top_is_dict and values:
+        unsorted = any(a < b - LOGPROB_SLACK for a, b in itertools.pairwise(values))
+        passed_over = (
+            not listed
+            and logprob is not None
+            and not math.isnan(logprob)
+            and logprob > min(values) + LOGPROB_SLACK
+        )
+        if unsorted or passed_over:
+            shown = [(token, round(v, 4)) for token, v in top]
+            got = (
+                f"{shown}; the sampled token {entry.token!r} has {logprob}{'' if listed else ', not listed'}"
+            )
+            out.append(("top", f"the {k} most likely tokens, sorted by logprob, highest first", got))
+    return out
 
 
 CLAUSES = tuple(CHECKS)

@@ -127,3 +127,9 @@ def names_field(exchange: Exchange, field: str) -> bool:
         or (isinstance(param, str) and param.endswith(field))
         or field in str(error.get("message"))
     )
+
+
+def common_prefix(a: str, b: str) -> int:
+    """How many leading characters two texts share (texts, not paths: os.path.commonpath compares
+    path components, and ruff's RUF071 suggests it for os.path.commonprefix)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from os.path import commonpath
 
 from hypothesis import Phase
 
@@ -20,6 +19,7 @@ from conformance.cases.openai._common import (
     answered,
     answered_unless_refused,
     apis,
+    common_prefix,
     make,
     openai_case,
     support,
@@ -94,7 +94,7 @@ def pair_requests(session: Session) -> list[OpenAIRequest]:
     for api in found.apis():
         if not found.has(api, "stream"):
             continue
-        n = 2 if found.has(api, "n") else None
+        n = 2 if found.has(api, "greedy_n") else None
         for prompt in MULTIBYTE:
             out.append(make(api, prompt, temperature=0, max_tokens=session.tuning.max_tokens, n=n))
         if found.has(api, "stop"):
@@ -163,10 +163,6 @@ for _clause in JUDGED:
     _pair_case(_clause)
 
 
-def common_prefix(a: str, b: str) -> int:
-    return len(commonpath([a, b]))
-
-
 @openai_case("STREAM-6", exclusive=True, budget=2.0)
 async def no_cross_talk(ctx: Ctx) -> None:
     """Concurrent greedy streams each carry their own request's text under ids of their own: each is
@@ -229,7 +225,7 @@ async def greedy_repeats(ctx: Ctx) -> None:
         await _same_every_time(
             ctx, make(api, temperature=0, max_tokens=ctx.tuning.max_tokens), 3, f"{api} greedy"
         )
-        if support(ctx).has(api, "n"):
+        if support(ctx).has(api, "greedy_n"):
             texts = (
                 await answered(ctx, make(api, temperature=0, max_tokens=ctx.tuning.max_tokens, n=2))
             ).view.texts()

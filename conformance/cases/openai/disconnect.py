@@ -11,9 +11,16 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from os.path import commonpath
 
-from conformance.cases.openai._common import LONG_PROMPT, answered, apis, make, openai_case, refused
+from conformance.cases.openai._common import (
+    LONG_PROMPT,
+    answered,
+    apis,
+    common_prefix,
+    make,
+    openai_case,
+    refused,
+)
 from conformance.drivers.openai.exchange import Api, End, OpenAIRequest
 from conformance.harness.context import Ctx
 from conformance.vocabulary import CaseSkipped
@@ -114,7 +121,7 @@ async def disconnect_changes_no_other(ctx: Ctx) -> None:
     )
     text = choice.text if choice else ""
     if text != alone:
-        shared = len(commonpath([text, alone]))
+        shared = common_prefix(text, alone)
         ctx.check.that(shared > 0 or not alone, "the other stream's text", f"its own text {alone!r}", text)
         ctx.note(f"the other stream's text differs after {shared} characters (batch variance?)")
 

@@ -6,6 +6,7 @@ minimal failing request, whose calls become the repro."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import Phase
@@ -30,14 +31,20 @@ def sentinels(found: Support, max_tokens: int) -> list[OpenAIRequest]:
     out = []
     for api in found.apis():
         n = 2 if found.has(api, "n") else None
+        greedy_n = 2 if found.has(api, "greedy_n") else None  # several greedy choices: refused by some
         logprobs: dict[str, Any] = {}
         if found.has(api, "logprobs"):
             logprobs = {"logprobs": True, "top_logprobs": 2} if api == "chat" else {"logprobs": 2}
-        out.append(make(api, max_tokens=max_tokens, temperature=0, n=n, **logprobs))
-        out.append(make(api, "Once upon a time", max_tokens=max_tokens, temperature=1.0, n=n))
+        out.append(make(api, max_tokens=max_tokens, temperature=0, n=greedy_n, **logprobs))
+        out.append(make(api, "Once upon a time", max_tokens=max_tokens, temperature=1.0, n=n, **logprobs))
         if found.has(api, "stream"):
             usage = {"stream_options": {"include_usage": True}} if found.has(api, "include_usage") else {}
-            out.append(make(api, max_tokens=max_tokens, temperature=0, n=n, stream=True, **usage, **logprobs))
+            out.append(
+                make(api, max_tokens=max_tokens, temperature=0, n=greedy_n, stream=True, **usage, **logprobs)
+            )
+            out.append(
+                make(api, max_tokens=max_tokens, temperature=1.0, n=n, stream=True, **usage, **logprobs)
+            )
             out.append(make(api, "日本語で答えてください。🙂", max_tokens=max_tokens, stream=True, **usage))
         if found.has(api, "stop"):
             out.append(make(api, "Once upon a time", max_tokens=max_tokens, temperature=0, stop=[" ", "e"]))
@@ -95,10 +102,14 @@ def request_repro(ctx: Ctx, requests: list[OpenAIRequest], mismatches: list[Mism
 async def check_pool(ctx: Ctx, clause: str) -> None:
     """Validate ``clause`` on every pooled answer; on a violation, search for a minimal failing request."""
     answers: list[Answer] = await ctx.session.shared(POOL, lambda: build_pool(ctx.session))
-    failures = [(a, found) for a in answers if (found := judge(a, [clause]))]
+    failures = [(i, a, found) for i, a in enumerate(answers) if (found := judge(a, [clause]))]
     ctx.note(f"{len(answers)} pooled answers validated, {len(failures)} violate {clause}")
     if not failures:
         return
+    # every violating answer is reported, each finding under its request; the search adds a minimal one
+    pooled = [
+        replace(m, subject=f"pooled request {i} ({a.request.api})") for i, a, found in failures for m in found
+    ]
 
     async def body(request: OpenAIRequest) -> list[Mismatch]:
         return judge(Answer.of(await ctx.http.send(request)), [clause])
@@ -106,11 +117,11 @@ async def check_pool(ctx: Ctx, clause: str) -> None:
     outcome = await search(ctx, openai_requests(support(ctx), ctx.tuning.max_tokens), body)
     if not outcome.passed and isinstance(outcome.last_failing, OpenAIRequest):
         ctx.repro = request_repro(ctx, [outcome.last_failing], outcome.mismatches, outcome.example)
-        raise CaseFailed(outcome.mismatches)
-    answer, found = failures[0]
-    ctx.note("a fresh search did not reproduce the violation (intermittent?); reporting the pooled answer")
+        raise CaseFailed([*pooled, *(replace(m, subject="the shrunk example") for m in outcome.mismatches)])
+    _, answer, found = failures[0]
+    ctx.note("a fresh search did not reproduce the violation (intermittent?); reporting the pooled answers")
     ctx.repro = request_repro(ctx, [answer.request], found, repr(answer.request))
-    raise CaseFailed([*found, Mismatch("answer", "(see above)", answer.exchange.summary())])
+    raise CaseFailed(pooled)
 
 
 def _pool_case(clause: str) -> None:

@@ -20,6 +20,7 @@ from conformance.drivers.openai.exchange import Exchange
 
 IDENTITY_PATHS = ("/props", "/version", "/get_server_info", "/info", "/api/version")
 MAX_PARALLEL = 8  # the most concurrent requests a case sends at once
+DEFAULT_PARALLEL = 4  # what a server that does not say is taken to run at once, until measured
 
 
 class DiscoveryError(Exception):
@@ -133,12 +134,15 @@ async def tokenize(
     return [i for i in ids if isinstance(i, int)] if all(isinstance(i, int) for i in ids) else None
 
 
-def parallel_of(ident: Identity, default: int) -> int:
-    """How many requests the server runs at once: llama.cpp's slot count, else ``default``."""
+def parallel_of(ident: Identity, given: int | None) -> tuple[int, str]:
+    """How many requests the server runs at once, and who said so: ``--parallel``, else llama.cpp's
+    slot count, else DEFAULT_PARALLEL until the harness measures it (``harness/pace.py``)."""
+    if given is not None:
+        return min(given, MAX_PARALLEL), "--parallel"
     slots = ident.answers.get("/props", {}).get("total_slots")
     if isinstance(slots, int) and slots > 0:
-        return min(slots, MAX_PARALLEL)
-    return min(default, MAX_PARALLEL)
+        return min(slots, MAX_PARALLEL), "the server (/props total_slots)"
+    return DEFAULT_PARALLEL, "assumed"
 
 
 def _excerpt(body: Mapping[str, Any]) -> dict[str, Any]:

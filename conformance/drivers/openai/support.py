@@ -143,15 +143,22 @@ Judge = Callable[[CompletionView, Exchange], Feature]
 Probe = Callable[[OpenAIRequest, list[int] | None], tuple[OpenAIRequest | None, Judge]]
 
 
-def _n(base: OpenAIRequest, _: list[int] | None) -> tuple[OpenAIRequest | None, Judge]:
-    def judge(view: CompletionView, exchange: Exchange) -> Feature:
-        if sorted(view.choices) == [0, 1]:
-            return Feature(State.HONOURED, "n=2 gives choices 0 and 1")
-        if len(view.choices) == 1:
-            return Feature(State.IGNORED, "n=2 was accepted and gave one choice")
-        return Feature(State.BROKEN, f"n=2 gave choices {sorted(view.choices)}")
+def _choices(view: CompletionView, exchange: Exchange) -> Feature:
+    if sorted(view.choices) == [0, 1]:
+        return Feature(State.HONOURED, "n=2 gives choices 0 and 1")
+    if len(view.choices) == 1:
+        return Feature(State.IGNORED, "n=2 was accepted and gave one choice")
+    return Feature(State.BROKEN, f"n=2 gave choices {sorted(view.choices)}")
 
-    return base.with_body(n=2), judge
+
+def _n(base: OpenAIRequest, _: list[int] | None) -> tuple[OpenAIRequest | None, Judge]:
+    """Several choices, sampled: greedy ones are an option of their own (``greedy_n``)."""
+    return base.with_body(n=2, temperature=1.0), _choices
+
+
+def _greedy_n(base: OpenAIRequest, _: list[int] | None) -> tuple[OpenAIRequest | None, Judge]:
+    """Several choices at temperature 0, which a server may refuse by design (vLLM does)."""
+    return base.with_body(n=2, temperature=0), _choices
 
 
 def _logprobs(base: OpenAIRequest, _: list[int] | None) -> tuple[OpenAIRequest | None, Judge]:
@@ -216,6 +223,7 @@ def _token_prompt(base: OpenAIRequest, ids: list[int] | None) -> tuple[OpenAIReq
 
 PROBES: Mapping[str, Probe] = {
     "n": _n,
+    "greedy_n": _greedy_n,
     "logprobs": _logprobs,
     "stream": _stream,
     "include_usage": _include_usage,

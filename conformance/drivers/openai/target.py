@@ -35,7 +35,7 @@ PROBE_TEXT = "Hello"
 class HttpOptions:
     model: str | None = None  # --model; default: the first of /v1/models
     promises: Promises = field(default_factory=Promises)  # --assume: what no probe can show
-    parallel: int = 4  # --parallel: what the server runs at once, when it does not say
+    parallel: int | None = None  # --parallel: what the server runs at once (None: it says, or it is measured)
     connect_s: float = 10.0
     call_s: float = 30.0
     idle_s: float = 10.0
@@ -52,6 +52,7 @@ class HttpTarget:
     tokenizer: TokenizerEndpoint | None
     support: Support
     parallel: int
+    parallel_source: str  # who said how many requests it runs at once (parallel_of)
 
     @property
     def model(self) -> str:
@@ -102,9 +103,8 @@ async def _discover(client: OpenAIClient, endpoint: OpenAIEndpoint, options: Htt
         ModelInfo(model_id=client.model),
         None,
     )
-    return HttpTarget(
-        endpoint, info, client, models, who, tokenizer, support, parallel_of(who, options.parallel)
-    )
+    parallel, source = parallel_of(who, options.parallel)
+    return HttpTarget(endpoint, info, client, models, who, tokenizer, support, parallel, source)
 
 
 def _capabilities(support: Support, tokenize: bool, promises: Promises) -> Capabilities:

@@ -64,7 +64,7 @@ class CompletionView:
     objects: list[Any] = field(default_factory=list)
     done_at: int | None = None  # the event number of [DONE]
     events_after_done: int = 0
-    error_events: list[Any] = field(default_factory=list)  # `event: error` or chunks with an "error" key
+    error_events: list[Any] = field(default_factory=list)  # `event: error`, or chunks with a non-null "error"
     unparsable: list[str] = field(default_factory=list)  # event data that is neither JSON nor [DONE]
     not_objects: int = 0  # JSON chunks that are not objects
 
@@ -101,9 +101,12 @@ def view_of(exchange: Exchange) -> CompletionView:
         try:
             chunk = event.json()
         except ValueError:
-            out.unparsable.append(event.data[:200])
+            if event.event == "error":  # an error event whose data is plain text is still one
+                out.error_events.append(event.data[:200])
+            else:
+                out.unparsable.append(event.data[:200])
             continue
-        if event.event == "error" or (isinstance(chunk, dict) and "error" in chunk):
+        if event.event == "error" or (isinstance(chunk, dict) and chunk.get("error") is not None):
             out.error_events.append(chunk)
             continue
         if not isinstance(chunk, dict):

@@ -70,7 +70,11 @@ ENGINE: dict[str, Reading] = {
     "USAGE-2": reads("prompt_tokens on every chunk and complete is the number of prompt ids sent"),
     "USAGE-3": na("the sum is the gateway's (USAGE-1); each output's own count is USAGE-5's"),
     "USAGE-4": reads("cached_tokens ≤ prompt_tokens on every chunk and complete"),
-    "USAGE-6": reads("with `--assume prefix_cache`: a repeated prompt reports cached_tokens > 0"),
+    "USAGE-6": reads(
+        "with `--assume prefix_cache`: a repeated prompt reports cached_tokens > 0. vLLM keeps whole blocks "
+        "of `GetServerInfo.block_size` tokens, so its prompts are sized past one block; where the protocol "
+        "does not say, a prompt not found again is repeated until one is (a short prompt is then n/a)"
+    ),
     "USAGE-7": na(
         "FlushCache is an operator RPC whose timeout_s semantics are the engine's, and the case needs a quiet "
         "server after it; not driven"
@@ -100,6 +104,10 @@ ENGINE: dict[str, Reading] = {
     "CANCEL-1": reads(
         "a reset alone releases the request: smg also sends Abort when it drops a stream (abort_on_drop.rs), "
         "vLLM's own protocol relies on the reset (smg-project/smg#2113)"
+    ),
+    "CANCEL-2": reads(
+        'a deadline ends the call with DEADLINE_EXCEEDED or CANCELLED, or with an "abort" finish and status '
+        "OK (FINISH-7's reading: smg reads either as the request's end); the server releases it"
     ),
     "ERR-1": reads("an invalid request the protocol can express fails with a status and no messages"),
     "ERR-2": reads(

@@ -35,12 +35,14 @@ OPENAI = Profile(
         "REQ-7": na("capacity is not advertised"),
         "REQ-8": na("the server's chat template and tokenization are not observable through the API"),
         "SAMPLE-1": reads(
-            "`temperature: 0` is greedy: with `logprobs`, every chosen token is the first of its `top_logprobs`"
+            "`temperature: 0` is greedy: with `logprobs`, every chosen token has the highest logprob of its "
+            "`top_logprobs` (ties in any order)"
         ),
         "SAMPLE-2": reads(
             "SHOULD here (OpenAI's API promises no determinism): the same greedy request gives the same text, "
-            "and the `n` choices of a greedy request are equal. The cases that compare two calls run only where "
-            "the harness saw greedy decoding repeat (or `--assume deterministic_greedy`)"
+            "and the `n` choices of a greedy request are equal (where the server takes several greedy choices: "
+            "vLLM refuses them by design, which the harness learns). The cases that compare two calls run only "
+            "where the harness saw greedy decoding repeat (or `--assume deterministic_greedy`)"
         ),
         "SAMPLE-3": reads(
             "SHOULD here (`seed` is best effort in OpenAI's API): the same `seed` gives the same text"
@@ -55,8 +57,8 @@ OPENAI = Profile(
         "SAMPLE-7": na("`top_k` is not part of OpenAI's API"),
         "SAMPLE-8": na("OpenAI's API has none of these options"),
         "STREAM-1": reads(
-            "chat: each choice's first chunk carries `delta.role` `assistant`, and no later chunk another role; "
-            "a body's `message.role` is `assistant`"
+            "chat: each choice's first chunk carries `delta.role` `assistant`, and no later chunk another role "
+            "(repeating `assistant` is allowed); a body's `message.role` is `assistant`"
         ),
         "STREAM-2": reads(
             "under greedy decoding the deltas of a choice concatenate to exactly the non-streamed text: "
@@ -73,14 +75,17 @@ OPENAI = Profile(
         ),
         "STREAM-7": reads(
             "`logprobs`: one entry per token (a choice that ended `length` has `max_tokens` of them; with a stop "
-            "string the stop's tokens may be left out), each `logprob` ≤ 0, `top_logprobs` of the asked length "
-            "sorted by logprob (legacy completions: a dict of at most the asked length)"
+            "string the stop's tokens may be left out), each `logprob` ≤ 0; chat: `top_logprobs` the asked number "
+            "of most likely tokens, sorted by logprob (ties in any order; the sampled token among them unless as "
+            "many tokens at least as likely fill them); legacy completions: a dict of at most the asked length, or "
+            "one more when the sampled token is among them (OpenAI: up to `logprobs` + 1)"
         ),
         "STREAM-8": na("no final_only: stream=false is compared by STREAM-2"),
         "STREAM-10": na(NO_HTTP),
         "STREAM-11": na("without token ids a held-back character cannot be told from a slow one"),
         "FINISH-1": reads(
-            "exactly one non-null `finish_reason` per choice, and no content for a choice after it"
+            "exactly one non-null `finish_reason` per choice (a stream that an `error` event ended excepted: ERR-2), "
+            "and no content for a choice after it"
         ),
         "FINISH-2": reads(
             "the last tokens are never lost: under greedy decoding a stream's text is never a proper prefix "
@@ -114,7 +119,11 @@ OPENAI = Profile(
         "USAGE-5": reads(
             "no choice has more than `max_tokens` tokens; `completion_tokens` ≤ n · `max_tokens`"
         ),
-        "USAGE-6": reads("with `--assume prefix_cache`: the same prompt again reports `cached_tokens` > 0"),
+        "USAGE-6": reads(
+            "with `--assume prefix_cache`: the same prompt again reports `cached_tokens` > 0. The API does not "
+            "say how the cache keeps prompts (vLLM keeps whole blocks), so a prompt not found again is repeated "
+            "until one is, up to 1,024 tokens"
+        ),
         "USAGE-7": na("no cache flush in the API"),
         "STOP-1": reads("a stop string never appears in a choice's content, also across chunk boundaries"),
         "STOP-2": reads(

@@ -73,7 +73,11 @@ SGLANG_RUNTIME = Profile(
         "USAGE-5": reads(
             "meta_info completion_tokens is the output's ids so far on every response; ≤ max_tokens, ≥ min_tokens"
         ),
-        "USAGE-6": reads("with `--assume prefix_cache`: a repeated prompt reports cached_tokens > 0"),
+        "USAGE-6": reads(
+            "with `--assume prefix_cache`: a repeated prompt reports cached_tokens > 0; the protocol does not "
+            "say how the cache keeps prompts, so a prompt not found again is repeated until one is (a short "
+            "prompt is then n/a)"
+        ),
         "STOP-1": na("Generate's responses carry no text (SRT-1[text] reads TextGenerate's)"),
         "STOP-4": reads("an EOS end reports `matched` = the EOS id"),
         "STOP-7": na("no no_stop_trim field: the stop text is always trimmed"),
@@ -84,7 +88,10 @@ SGLANG_RUNTIME = Profile(
             "then status OK"
         ),
         "ABORT-5": reads("`abort_all` ends every request in flight (it reports no outcomes)"),
-        "ABORT-6": reads("an Abort that overtakes its Generate still wins (`success` says nothing per id)"),
+        "ABORT-6": na(
+            "lmrpc.v1's promise: SGLang aborts the requests it holds, and no SGLang document says an Abort "
+            "for an id not yet seen is remembered"
+        ),
         "ABORT-7": reads("an Abort with neither `rid` nor `abort_all` is INVALID_ARGUMENT"),
         "ERR-4": na("the cases call lmrpc.v1 paths"),
         "MALFORMED-1": na(

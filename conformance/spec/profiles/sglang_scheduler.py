@@ -49,7 +49,10 @@ SGLANG_SCHEDULER = Profile(
             "the tokens delivered; status OK. No tail is counted after the Abort: nothing advertises how many "
             "tokens a server keeps for a slow reader, so such a count would measure the harness's reading"
         ),
-        "ABORT-6": reads("an Abort that overtakes its Generate (success = false) still wins"),
+        "ABORT-6": na(
+            "lmrpc.v1's promise: SGLang's scheduler aborts the requests it holds, and an Abort for an id "
+            "not yet seen answers success = false and is not remembered"
+        ),
         "SMG-4": reads(
             "SGLang is the first protocol smg probes: its HealthCheck answering OK is what finds it"
         ),

@@ -55,7 +55,10 @@ VLLM_ENGINE = Profile(
             "advertises how many tokens a server keeps for a slow reader, so such a count would measure the "
             "harness's reading, not the server"
         ),
-        "ABORT-6": reads("an Abort that overtakes its Generate still wins (Abort reports no outcome)"),
+        "ABORT-6": na(
+            "lmrpc.v1's promise: vLLM's Abort reaches the requests in flight, and no vLLM document says an "
+            "Abort for an id not yet seen is remembered"
+        ),
         "SMG-4": reads(
             "on a vLLM port, SGLang's HealthCheck (which smg probes first) answers a non-OK status"
         ),

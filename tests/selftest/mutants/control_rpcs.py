@@ -244,7 +244,6 @@ class TemperatureZeroAsUnset(RequestRewrite):
             "STOP-6[inside-token]",
             "STOP-7[eos]",
             "STOP-7[stop-token]",
-            "STREAM-6[concurrent]",
             "STREAM-8[greedy]",
         }
     )

@@ -431,7 +431,6 @@ class AbortAsStop(RuntimeProxy):
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
             "ABORT-5",
-            "ABORT-6",
             "SRT-4[abort_all]",
             "SRT-4[one-of-two]",
             "SRT-4[rid]",

@@ -155,7 +155,6 @@ class IndexCollapsed(f.IndexCollapsed, SglangSchedulerProxy):
             "N-1[n=4]",
             "SAMPLE-2[n]",
             "STREAM-2",
-            "STREAM-6[concurrent]",
             "STREAM-7",
             "STREAM-8[greedy]",
             "USAGE-5",
@@ -304,7 +303,6 @@ class AbortAlwaysSucceeds(f.AbortAlwaysSucceeds, SglangSchedulerProxy):
             "ABORT-1[twice-while-ending]",
             "ABORT-1[twice]",
             "ABORT-1[unknown]",
-            "ABORT-6",
         }
     )
 

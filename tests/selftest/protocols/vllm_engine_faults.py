@@ -80,11 +80,10 @@ class PromptTokensPlusOne(f.PromptTokensPlusOne, VllmEngineProxy):
 
 
 class CachedTokensDropped(f.CachedTokensDropped, VllmEngineProxy):
-    name = "vllm-cached-tokens-dropped"
+    name = "vllm-cached-tokens-dropped"  # USAGE-6[short] is n/a: the dialect reports 16-token blocks
     expected = frozenset(
         {
             "USAGE-6[long]",
-            "USAGE-6[short]",
         }
     )
 
@@ -146,7 +145,6 @@ class IndexCollapsed(f.IndexCollapsed, VllmEngineProxy):
             "SAMPLE-6",
             "SAMPLE-7[seeded-n]",
             "STREAM-2",
-            "STREAM-6[concurrent]",
             "USAGE-5",
         }
     )
