@@ -97,7 +97,7 @@ def _unsupported_option_case(capability: str, label: str, mutate: Mutate) -> Non
         mutate(req)
         expect_rejected(
             ctx,
-            await ctx.generate(req),
+            await ctx.answer(req),
             (Status.UNIMPLEMENTED,),
             f"Generate with {label} ({capability} not advertised)",
         )
@@ -300,7 +300,7 @@ async def stop_string_limit(ctx: Ctx) -> None:
     )
     expect_rejected(
         ctx,
-        await ctx.generate(request(ctx, max_tokens=1, stop_strings=[fits + "x"])),
+        await ctx.answer(request(ctx, max_tokens=1, stop_strings=[fits + "x"])),
         (Status.INVALID_ARGUMENT,),
         f"a stop string of {limit + 1} bytes",
     )
@@ -400,7 +400,7 @@ async def waiting_limit(ctx: Ctx) -> None:
     try:
         for stream in streams:
             await accepted(ctx, stream)
-        one_more = await ctx.generate(request(ctx, max_tokens=1))
+        one_more = await ctx.answer(request(ctx, max_tokens=1))
         expect_rejected(
             ctx, one_more, (Status.RESOURCE_EXHAUSTED,), f"request {limit + 1} with {limit} in flight"
         )

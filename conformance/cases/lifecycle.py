@@ -186,7 +186,7 @@ async def drain_as_a_router_sees_it(ctx: Ctx) -> None:
     else:
         ctx.note("the long stream ended before the first health check: health not judged")
     if not long.done.is_set():
-        refused = await ctx.generate(request(ctx, "Too late", max_tokens=2))
+        refused = await ctx.answer(request(ctx, "Too late", max_tokens=2))
         expect_rejected(ctx, refused, [Status.UNAVAILABLE], "a Generate while the server drains")
     for stream in (short, long):
         await _judge_drained(ctx, stream, drain_s, began)

@@ -195,7 +195,7 @@ async def never_fits(ctx: Ctx) -> None:
         stopping=StoppingCriteria(max_tokens=window - prompt, ignore_eos=True),
     )
     expect_rejected(
-        ctx, await ctx.generate(req), (Status.RESOURCE_EXHAUSTED,), f"n={n} outputs of {window} tokens"
+        ctx, await ctx.answer(req), (Status.RESOURCE_EXHAUSTED,), f"n={n} outputs of {window} tokens"
     )
 
 
@@ -274,7 +274,7 @@ async def window_one_over(ctx: Ctx) -> None:
     """A 4-token prompt with max_tokens = max_context_tokens - 3 is INVALID_ARGUMENT."""
     expect_rejected(
         ctx,
-        await ctx.generate(_window_request(ctx, 1)),
+        await ctx.answer(_window_request(ctx, 1)),
         (Status.INVALID_ARGUMENT,),
         "one token over the window",
     )

@@ -11,6 +11,7 @@ carry no request id; errors are the call's status. Requests keep presence for ``
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import betterproto2
@@ -39,6 +40,8 @@ class VllmEngineDriver(EngineDriver):
     seeds = True
     response_type = vllm.GenerateResponse
     probed_before = ("sglang.grpc.scheduler.SglangScheduler",)  # smg tries SGLang first
+    # vLLM calls a request's input its prompt (its servers answer "The decoder prompt cannot be empty")
+    field_names = MappingProxyType({"input": "prompt"})
 
     def stub(self, channel: Channel) -> Any:
         return vllm.VllmEngineStub(channel)

@@ -60,7 +60,12 @@ def report_of(
         "settings": settings,
         "baseline": {
             "file": baseline.path if baseline else None,
-            "entries": [{"case": e.case, "reason": e.reason} for e in baseline.entries] if baseline else [],
+            "entries": [
+                {"case": e.case, "fingerprints": list(e.fingerprints), "reason": e.reason}
+                for e in baseline.entries
+            ]
+            if baseline
+            else [],
             "stale": run.stale,
         },
         "aborted": run.aborted,
@@ -73,6 +78,7 @@ def report_of(
                 "verdict": r.verdict.value,
                 **({"reason": r.reason} if r.verdict is not Verdict.PASS and r.reason else {}),
                 **({"baseline_reason": r.baseline_reason} if r.baseline_reason else {}),
+                **({"findings": list(r.findings())} if r.findings() else {}),
             }
             for r in run.results
         ],

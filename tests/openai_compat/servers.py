@@ -5,60 +5,30 @@ repository), and ``conformance run --protocol openai`` as a user runs it."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from judged import ROOT, Outcome, run_conformance
 
 from reference_server.models.source import DEFAULT_MODEL_ID, resolve_model
 from reference_server.smg_gateway import SmgGateway
 from reference_server.testing import ServerProcess, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-BASELINES = ROOT / "docs" / "reports" / "baselines"
 BUILD_SCRIPT = ROOT / "bench" / "build_llama_server.sh"
 FAKE_MODEL = f"fake-{DEFAULT_MODEL_ID}"
 LLAMA_SLOTS = 4
 LLAMA_CONTEXT = 16384  # 4096 per slot: the disconnect cases' 1,024-token streams fit
 
 
-@dataclass
-class Outcome:
-    exit_code: int
-    report: dict[str, object]
-    stdout: str
-
-    def verdicts(self, *kinds: str) -> set[str]:
-        cases = self.report.get("cases", [])
-        assert isinstance(cases, list)
-        return {c["id"] for c in cases if c["verdict"] in kinds}
-
-    @property
-    def failing(self) -> set[str]:
-        return self.verdicts("FAIL", "ERROR")
-
-
 def run_openai(base_url: str, out: Path, name: str, *extra: str) -> Outcome:
     """``conformance run --protocol openai`` in a subprocess, its JSON report read back."""
-    out.mkdir(parents=True, exist_ok=True)
-    report = out / f"{name}.json"
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "conformance", "run", "--protocol", "openai", "--target", base_url,
-            "--json", str(report), "--repro-dir", str(out / f"{name}-repro"), "--quiet", *extra,
-        ],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"},
-    )  # fmt: skip
-    data = json.loads(report.read_text()) if report.exists() else {"cases": []}
-    return Outcome(done.returncode, data, done.stdout[-4000:] + done.stderr[-2000:])
+    return run_conformance(base_url, "openai", out, name, *extra)
 
 
 @contextlib.contextmanager

@@ -5,10 +5,9 @@ the run exits 0, and a fixed server turns its entry stale (exit 4)."""
 from __future__ import annotations
 
 import pytest
+from judged import BASELINES, ROOT
 
 from .servers import (
-    BASELINES,
-    ROOT,
     llama_cpp_version,
     llama_server,
     llama_server_binary_or_skip,

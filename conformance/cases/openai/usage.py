@@ -134,6 +134,11 @@ async def repeated_prompt_cached(ctx: Ctx) -> None:
             if len(tried) > 1:
                 ctx.note(f"(prompt tokens, cached tokens) of each length tried: {tried}")
             return
+        if cached is None:
+            raise CaseSkipped(
+                f"the {api} answer carries no usage.prompt_tokens_details.cached_tokens, so nothing shows a "
+                "prefix cache (vLLM reports it with --enable-prompt-tokens-details)"
+            )
         prompt = numbers[0] if numbers else LONGEST_PROBE
         if prompt * 4 > LONGEST_PROBE:
             break
