@@ -7,7 +7,17 @@ import asyncio
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import abort, abort_all, accepted, first_delta, ok, paused, resumed, started
+from conformance.cases._helpers import (
+    abort,
+    abort_all,
+    accepted,
+    first_delta,
+    ok,
+    paused,
+    resumed,
+    started,
+    still_streaming,
+)
 from conformance.harness.context import Ctx
 from conformance.harness.requests import long_request, long_tokens, request
 from conformance.spec.registry import Variant, case
@@ -347,3 +357,43 @@ async def abort_without_target(ctx: Ctx) -> None:
     message = AbortRequest(request_ids=RequestIds(ids=[])) if ctx.params["empty"] else AbortRequest()
     outcome = await ctx.call_status(ctx.control.abort, message)
     ctx.check.equal(f"Abort({message!r})", Status.INVALID_ARGUMENT.name, outcome.code)
+
+
+@case("ABORT-2", tag="several-ids", sends=("abort.ids>1",))
+async def several_ids_in_one_abort(ctx: Ctx) -> None:
+    """One Abort naming several requests in flight ends every one of them (a protocol whose Abort
+    takes a list, as vLLM's does, is sent them all in one call), in whatever order it names them."""
+    streams = [ctx.open(long_request(ctx, request_id=ctx.uid(f"many-{i}"))) for i in range(3)]
+    await started(ctx, *streams)
+    at_ack = {s.record.request_id: _tokens(s) for s in streams}
+    ids = [s.record.request_id for s in reversed(streams)]
+    outcomes = await abort(ctx, *ids)
+    if outcomes_reported(ctx):
+        ctx.check.equal(
+            "the outcomes of one Abort naming three requests in flight",
+            [(i, "ABORTED") for i in ids],
+            outcomes,
+        )
+    for stream in streams:
+        rid = stream.record.request_id
+        await expect_aborted_end(ctx, stream, 1, f"{rid}, one of three in one Abort", at_ack[rid])
+
+
+@case("ABORT-1", tag="prefix-id", sends=("scenario.abort-prefix-id",))
+async def abort_of_a_prefix_id(ctx: Ctx) -> None:
+    """An Abort names ids exactly: one that is a proper prefix of a request in flight, or that the
+    request's id is a prefix of, covers nothing (NOT_IN_FLIGHT where outcomes are reported) and the
+    request streams on (SGLang matched request ids by prefix)."""
+    base = ctx.uid("prefix")
+    stream = ctx.open(long_request(ctx, request_id=f"{base}-tail"))
+    await first_delta(ctx, stream)
+    for near in (base, f"{base}-tail-more"):
+        outcomes = await abort(ctx, near)
+        if outcomes_reported(ctx):
+            ctx.check.equal(
+                f"Abort of {near!r} while {base + '-tail'!r} is in flight",
+                [(near, "NOT_IN_FLIGHT")],
+                outcomes,
+            )
+        await still_streaming(ctx, stream, f"{base}-tail after an Abort of {near!r}")
+    await abort_and_expect_end(ctx, stream, 1, f"{base}-tail, then aborted by its own id")

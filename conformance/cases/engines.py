@@ -4,6 +4,8 @@ probe order and health polls read. These cases run through an engine-protocol dr
 
 from __future__ import annotations
 
+import time
+
 from grpclib import GRPCError, Status
 from grpclib.const import Cardinality
 
@@ -125,8 +127,16 @@ async def health_check(ctx: Ctx) -> None:
     driver = engine(ctx)
     channel = ctx.session.target.channel
     try:
+        started = time.monotonic()
         healthy, message = await driver.health(channel, ctx.budgets.rpc_s)
+        took = time.monotonic() - started
         ctx.check.equal("HealthCheck.healthy while the server serves", True, healthy)
+        ctx.check.that(
+            took <= ctx.session.promptly_s,
+            "HealthCheck's answer",
+            f"at once: within {ctx.session.promptly_s:.2f}s (1 s and an engine step)",
+            f"after {took:.2f}s",
+        )
         ctx.note(f"HealthCheck: healthy={healthy} message={message!r}")
     except GRPCError as exc:
         ctx.check.add("HealthCheck", "status OK", f"{exc.status.name} {exc.message}")
@@ -148,8 +158,16 @@ async def health_check_while_streaming(ctx: Ctx) -> None:
     streams = [ctx.open(long_request(ctx)) for _ in range(2)]
     try:
         await started(ctx, *streams)
+        asked = time.monotonic()
         healthy, message = await driver.health(ctx.session.target.channel, ctx.budgets.rpc_s)
+        took = time.monotonic() - asked
         ctx.check.equal("HealthCheck.healthy with two requests streaming", True, healthy)
+        ctx.check.that(
+            took <= ctx.session.promptly_s,
+            "HealthCheck's answer with two requests streaming",
+            f"at once: within {ctx.session.promptly_s:.2f}s (1 s and an engine step)",
+            f"after {took:.2f}s",
+        )
         ctx.note(f"HealthCheck: healthy={healthy} message={message!r}")
     except GRPCError as exc:
         ctx.check.add(

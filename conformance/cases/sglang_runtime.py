@@ -1,17 +1,21 @@
 """What clients of SGLang's native service rely on (SRT-1..4, contract §15): cumulative streams,
-``meta_info``'s keys and types, one finish per output, and Abort by ``rid`` and ``abort_all``.
+``meta_info``'s keys and types, one finish per output, and Abort by ``rid`` and ``abort_all``; and
+stop strings on its text path (STOP-1, STOP-2, FINISH-5 read through ``TextGenerate``).
 
 Generate goes through the driver (``drivers/sglang_runtime.py``), which files every break of these
 rules it sees in the native responses as a finding; each case here sends the requests that make
 those breaks visible (n > 1, logprobs, stop strings, final-only, aborts) and reports them, and
 checks what only a comparison of two calls shows. ``TextGenerate`` is called natively: its text is
-what SRT-1[text] reads.
+what SRT-1[text] and the ``[text-generate]`` stop cases read. SGLang matches stop strings on the
+output's text and, unless ``no_stop_trim`` (not a field of this service), trims the matched one:
+the text ends where the match starts, and ``finish_reason.matched`` is the stop string.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from conformance.cases._helpers import first_delta, ok, outputs_tokens, still_streaming
@@ -22,13 +26,16 @@ from conformance.harness.context import Ctx
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
 from conformance.stream.record import StreamRecord
-from conformance.vocabulary import CaseSkipped
+from conformance.vocabulary import CaseFailed, CaseSkipped, Mismatch
 from lmrpc._gen.sglang.runtime import v1 as rt
 from lmrpc.v1 import AbortRequest, AllRequests, ResponseOptions
 
 PROMPT = "Once upon a time"
 FINAL_ONLY = ResponseOptions(final_only=True)
 META_KEYS = ("id", "index", "prompt_tokens", "completion_tokens", "cached_tokens", "finish_reason")
+STOP_LENGTHS = (4, 3, 5, 6)  # the lengths of the stop strings tried, in this order
+GREEDY = "deterministic_greedy"  # the text path's stop cases learn an output and stop it again
+RUNTIME = ("sglang-runtime",)  # cases of lmrpc.v1's clauses read through this protocol's own RPCs
 
 
 def runtime(ctx: Ctx) -> SglangRuntimeDriver:
@@ -79,6 +86,136 @@ async def text_generate(ctx: Ctx, *, stream: bool, n: int) -> dict[int, list[str
         index = meta.get("index", 0)
         texts.setdefault(index if isinstance(index, int) else 0, []).append(response.text)
     return texts
+
+
+@dataclass(frozen=True, slots=True)
+class TextResponse:
+    """One TextGenerate response of output 0: its text, meta_info decoded, and its finished flag."""
+
+    text: str
+    meta: dict[str, Any]
+    finished: bool
+
+    @property
+    def finish_reason(self) -> object:
+        return self.meta.get("finish_reason")
+
+
+async def text_responses(ctx: Ctx, *, stop: list[str], stream: bool) -> list[TextResponse]:
+    """One greedy TextGenerate call of PROMPT (EOS ignored) with ``stop``: its responses, in order."""
+    driver = runtime(ctx)
+    call = rt.TextGenerateRequest(
+        text=PROMPT,
+        sampling_params=rt.SamplingParams(
+            temperature=0.0,
+            max_new_tokens=max(2 * ctx.tuning.max_tokens, 16),
+            ignore_eos=True,
+            stop=stop,
+        ),
+        stream=stream,
+        rid=ctx.uid("text"),
+    )
+    stub = driver.stub(ctx.session.target.channel)
+    return [
+        TextResponse(response.text, _meta(response), response.finished)
+        async for response in stub.text_generate(call, timeout=ctx.budgets.stream_s)
+    ]
+
+
+def final_text(ctx: Ctx, responses: list[TextResponse], what: str) -> str:
+    """The text of the finished response (the whole output, cumulative or not); fails the case
+    when there is none."""
+    finished = [r for r in responses if r.finished]
+    if not finished:
+        got = f"{len(responses)} responses, none finished"
+        raise CaseFailed([*ctx.check.mismatches, Mismatch(what, "a finished response", got)])
+    driver = runtime(ctx)
+    return "".join(r.text for r in responses) if driver.incremental else finished[-1].text
+
+
+async def learned_text(ctx: Ctx) -> str:
+    """The greedy text of PROMPT with no stop string: what the stop cases cut."""
+    return final_text(ctx, await text_responses(ctx, stop=[], stream=False), "TextGenerate without stop")
+
+
+def stop_candidates(text: str) -> list[tuple[str, int]]:
+    """Stop strings taken from ``text`` (from its middle on), each with the index of its first
+    occurrence, which is where the output must end: none at 0 (nothing would be left), none blank
+    or holding U+FFFD (an incomplete character is no text to match)."""
+    found: dict[str, int] = {}
+    for length in STOP_LENGTHS:
+        for start in range(len(text) // 3, len(text) - length + 1):
+            piece = text[start : start + length]
+            first = text.find(piece)
+            if first >= 1 and piece.strip() and "\ufffd" not in piece:
+                found.setdefault(piece, first)
+    return list(found.items())
+
+
+def one_stop(text: str) -> tuple[str, int]:
+    candidates = stop_candidates(text)
+    if not candidates:
+        raise CaseSkipped(f"no usable stop string in the learned text {text[:60]!r}")
+    return candidates[0]
+
+
+def two_stops(text: str) -> tuple[tuple[str, int], tuple[str, int]] | None:
+    """Two stop strings whose first occurrences do not overlap, the later one first in the list to
+    send: (the one that ends later, the one that ends first)."""
+    candidates = sorted(stop_candidates(text), key=lambda c: c[1])
+    for early, at in candidates:
+        for late, late_at in reversed(candidates):
+            if late_at >= at + len(early) and early not in late and late not in early:
+                return (late, late_at), (early, at)
+    return None
+
+
+@case("STOP-1", tag="text-generate", requires=(GREEDY, "stop_strings"), protocols=RUNTIME)
+async def text_stop_trimmed(ctx: Ctx) -> None:
+    """Through TextGenerate (SGLang matches stop strings on text): a stop string taken from the middle
+    of a greedy output never appears in any response's text, streamed or not, and the text ends where
+    its first occurrence starts (no_stop_trim is not a field: SGLang trims the stop string)."""
+    text = await learned_text(ctx)
+    stop, at = one_stop(text)
+    for stream in (True, False):
+        what = f"TextGenerate {'streamed' if stream else 'stream unset'} with stop {stop!r}"
+        responses = await text_responses(ctx, stop=[stop], stream=stream)
+        for i, response in enumerate(responses):
+            if stop in response.text:
+                ctx.check.add(f"{what}: response {i}'s text", f"without {stop!r}", response.text[-60:])
+                break
+        ctx.check.equal(f"{what}: the output's text (the learned text cut where {stop!r} starts)",
+                        text[:at], final_text(ctx, responses, what))  # fmt: skip
+
+
+@case("STOP-2", tag="text-generate", requires=(GREEDY, "stop_strings"), protocols=RUNTIME)
+async def text_stop_first_to_end(ctx: Ctx) -> None:
+    """Through TextGenerate with two stop strings, the later entry of the list occurring first in the
+    greedy output: the output ends at that one, whatever its place in the list."""
+    text = await learned_text(ctx)
+    pair = two_stops(text)
+    if pair is None:
+        raise CaseSkipped(f"no two separate stop strings in the learned text {text[:60]!r}")
+    (late, _), (early, at) = pair
+    what = f"TextGenerate with stop [{late!r}, {early!r}]"
+    responses = await text_responses(ctx, stop=[late, early], stream=False)
+    ctx.check.equal(f"{what}: the output's text (the learned text cut where {early!r} starts)", text[:at],
+                    final_text(ctx, responses, what))  # fmt: skip
+
+
+@case("FINISH-5", tag="text-generate", requires=(GREEDY, "stop_strings"), protocols=RUNTIME)
+async def text_stop_matched(ctx: Ctx) -> None:
+    """Through TextGenerate, streamed and not: the output that a stop string ends has finish_reason
+    {"type": "stop", "matched": <that stop string, verbatim>} on its finished response, and no
+    finish reason before it."""
+    text = await learned_text(ctx)
+    stop, _ = one_stop(text)
+    for stream in (True, False):
+        what = f"TextGenerate {'streamed' if stream else 'stream unset'} with stop {stop!r}"
+        responses = await text_responses(ctx, stop=[stop], stream=stream)
+        reasons = [r.finish_reason for r in responses if r.finish_reason is not None]
+        ctx.check.equal(f"{what}: finish reasons (type, matched)", [("stop", stop)],
+                        [(r.get("type"), r.get("matched")) if isinstance(r, dict) else r for r in reasons])  # fmt: skip
 
 
 @case("SRT-1", tag="ids", requires=("max_outputs>=2",))

@@ -20,7 +20,7 @@ from conformance.harness.context import Ctx
 from conformance.harness.requests import request
 from conformance.spec.registry import case
 from conformance.vocabulary import CaseSkipped
-from lmrpc.v1 import FinishReason, ResponseOptions
+from lmrpc.v1 import FinishReason, ResponseOptions, SamplingParams
 
 
 @case(
@@ -53,6 +53,33 @@ async def stop_token_ends(ctx: Ctx) -> None:
     stop = stop_of(view)
     ctx.check.equal("token ids of an output with a stop token", learned.token_ids[: k + 1], view.token_ids)
     ctx.check.equal("StopMatch.stop_token_id", token, stop.stop_token_id if stop else None)
+
+
+@case(
+    "STOP-3",
+    tag="n=2",
+    requires=("stop_token_ids", "deterministic_greedy", "truncation_sampling", "max_outputs>=2"),
+    sends=("generate.stop_token_ids", "generate.n>1"),
+)
+async def stop_token_ends_every_output(ctx: Ctx) -> None:
+    """Each of n outputs ends at its first stop token: n = 2 with top_k = 1, whose tokens are the greedy
+    ones (SAMPLE-7) at a temperature that servers refusing several greedy outputs still take."""
+    learned = await learn(ctx)
+    token, k = pick_stop_token(learned.token_ids, ctx.info.eos_ids)
+    req = prompted(ctx, PROMPT, max_tokens=learned_length(ctx), ignore_eos=True, stop_token_ids=[token])
+    req.sampling = SamplingParams(n=2, temperature=1.0, top_k=1)
+    record = ok(ctx, await ctx.generate(req))
+    for index in range(2):
+        view = record.outputs().get(index)
+        stop = stop_of(view) if view else None
+        ctx.check.equal(
+            f"output {index}: token ids with stop token {token}",
+            learned.token_ids[: k + 1],
+            view and view.token_ids,
+        )
+        ctx.check.equal(
+            f"output {index}: StopMatch.stop_token_id", token, stop.stop_token_id if stop else None
+        )
 
 
 @case("STOP-4", tag="eos", requires=(DETERMINISTIC,))

@@ -70,6 +70,7 @@ async def measure_pace(session: Session, jobs: int) -> Pace:
     send = _http_send(ctx) if session.protocol in HTTP_PROTOCOLS else _grpc_send(ctx)
     try:
         one_token = statistics.median([await _timed(send(1)) for _ in range(ONE_TOKEN_RUNS)])
+        session.step_s = one_token
         ordinary = await _timed(send(session.tuning.max_tokens))
         budgets = session.budgets
         queue_s = MARGIN * IN_FLIGHT * ordinary

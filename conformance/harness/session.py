@@ -132,6 +132,7 @@ class Session:
     # to be at least what any case keeps in flight
     parallel: int = ASSUMED_PARALLEL
     gate: asyncio.Semaphore | None = None  # on a slow server: no more requests at once than it runs
+    step_s: float = 0.0  # one engine step, as the pace measured it (a one-token answer)
     _memo: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _ids: int = 0
 
@@ -156,6 +157,11 @@ class Session:
         if not isinstance(self.wire, HttpTarget):
             raise TypeError(f"an OpenAI case ran against a {self.protocol} target")
         return self.wire
+
+    @property
+    def promptly_s(self) -> float:
+        """The contract's "promptly" and "at once": 1 s plus the engine step in progress (Terms)."""
+        return 1.0 * self.budgets.scale + self.step_s
 
     def next_id(self, tag: str) -> str:
         """A request id unique within the run and valid under REQ-4."""

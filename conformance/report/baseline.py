@@ -11,8 +11,9 @@ An entry excuses only the findings it names (``Mismatch.fingerprint``: what diff
 run's values; a run's JSON report and ``--write-baseline`` show them). A case that fails with a
 finding no entry names is a FAIL, even where other findings of it are known: a baseline never hides
 a new fault behind an old one. An entry is stale, and the run exits 4, when it names no case of
-this harness, or when the cases it matches ran and none showed one of its fingerprints (unless it
-is marked intermittent: a finding of sampled output or timing that some runs do not meet). Remove
+this harness, or when the cases it matches ran and none showed any of its fingerprints (the forms
+one finding takes: streamed or not, chat or completions), unless it is marked intermittent (a
+finding of sampled output or timing that some runs do not meet). Remove
 stale entries: a baseline only ever shrinks.
 
 ``conformance run --write-baseline FILE`` writes the baseline a run calls for: the findings still
@@ -132,12 +133,10 @@ class Baseline:
             if not ran or entry.intermittent:
                 continue
             seen = [f for r in ran for f in r.findings()]
-            for fingerprint in entry.fingerprints:
-                if not any(_pattern(fingerprint).match(f) for f in seen):
-                    how = (
-                        "passes now" if all(r.verdict is Verdict.PASS for r in ran) else "fails otherwise now"
-                    )
-                    stale.append(f"{entry.case}: {fingerprint!r} is gone ({how}); remove it ({entry.reason})")
+            if not any(entry.covers(f) for f in seen):  # the entry's fingerprints are one finding's forms
+                how = "passes now" if all(r.verdict is Verdict.PASS for r in ran) else "fails otherwise now"
+                named = entry.fingerprints[0] if len(entry.fingerprints) == 1 else list(entry.fingerprints)
+                stale.append(f"{entry.case}: {named!r} is gone ({how}); remove it ({entry.reason})")
         return stale
 
     def updated(self, results: Sequence[CaseResult], registry: Sequence[Case], recorded: str) -> Baseline:

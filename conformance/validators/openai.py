@@ -385,7 +385,30 @@ def within_max_tokens(answer: Answer) -> list[Mismatch]:
                 numbers[1],
             )
         )
+    out += _counts_its_entries(answer)
     return out
+
+
+def _counts_its_entries(answer: Answer) -> list[Mismatch]:
+    """A one-choice answer that did not end ``length`` counts the tokens its logprobs list, and at most
+    one more (an end-of-sequence token, which no entry shows): usage is judged for every way a choice
+    ends, not only at max_tokens."""
+    request, numbers = answer.request, usage_numbers(answer.view.usage)
+    choice = answer.view.choices.get(0)
+    if request.n != 1 or request.top_logprobs is None or numbers is None or choice is None:
+        return []
+    if choice.finish in (None, "length") or not choice.entries or request.stops:
+        return []  # a stop string's tokens may be left out of the entries (STREAM-7)
+    entries = len(choice.entries)
+    if entries <= numbers[1] <= entries + 1:
+        return []
+    return [
+        mismatch(
+            f"{_where(answer)}: completion_tokens of a choice that ended {choice.finish}",
+            f"its {entries} logprobs entries (one more with an end-of-sequence token)",
+            numbers[1],
+        )
+    ]
 
 
 @check("STOP-1")
@@ -398,6 +421,17 @@ def stops_never_shown(answer: Answer) -> list[Mismatch]:
         for index, choice in sorted(answer.view.choices.items())
         if any(stop in choice.text for stop in stops)
     ]
+
+
+def _entries_fit(entries: int, count: int, finish: str | None, stops: list[str]) -> bool:
+    """Logprobs entries against the tokens a choice counts: one each when cut at max_tokens; a stop
+    string's tokens may be left out of the entries as they are of the text; and a choice that ended
+    on its own may count an end-of-sequence token that no entry shows (as usage does on vLLM)."""
+    if finish == "length":
+        return entries == count
+    if stops:
+        return entries <= count
+    return count - 1 <= entries <= count
 
 
 @check("STREAM-7")
@@ -414,14 +448,13 @@ def logprob_entries(answer: Answer) -> list[Mismatch]:
                 out.append(mismatch(f"{where}: logprobs", "one entry per token", "none"))
             continue
         count = choice_tokens(answer, choice)
-        # A stop string's tokens may be left out of the entries as they are of the text: with a stop
-        # string in play an ended-"stop" choice has at most one entry per token.
-        exact = choice.finish == "length" or not request.stops
-        if count is not None and (len(choice.entries) != count if exact else len(choice.entries) > count):
+        if count is not None and not _entries_fit(len(choice.entries), count, choice.finish, request.stops):
+            want = "one" if choice.finish == "length" else "at most one"
             out.append(
                 mismatch(
                     f"{where}: logprobs entries (it ended {choice.finish})",
-                    f"{'one' if exact else 'at most one'} per token ({count} tokens)",
+                    f"{want} per token ({count} tokens"
+                    f"{'' if choice.finish == 'length' or request.stops else ', one fewer with an end-of-sequence token'})",
                     len(choice.entries),
                 )
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from .output_mutants import OUTPUT_MUTANTS
 from .proxy import DONE, Call, Mutant, chunk, dump
 
 
@@ -168,7 +169,9 @@ class ContentAfterFinish(Mutant):
     name = "content-after-finish"
     buffered = True
     expected = frozenset({"FINISH-1[openai,pool]", "FINISH-2[openai,greedy]"})
-    tolerated = frozenset({"STOP-2[openai,*]", "STOP-6[openai]", "CANCEL-3[openai]"})
+    tolerated = frozenset(
+        {"STOP-2[openai,*]", "STOP-6[openai]", "CANCEL-3[openai]", "STREAM-2[openai,response_format]"}
+    )
 
     def whole_stream(self, call: Call, events: list[str]) -> list[str]:
         key = _content_key(call)
@@ -241,6 +244,7 @@ class IndexReused(EveryAnswer):
             "STREAM-2[openai,greedy]",
             "FINISH-2[openai,greedy]",
             "SAMPLE-6[openai]",
+            "CONSTRAIN-1[openai,*]",  # two choices' documents read as one: no document
         }
     )
 
@@ -277,7 +281,7 @@ class ErrorAs200(Mutant):
             "ERR-4[openai,unknown-model]",
         }
     )
-    tolerated = frozenset({"ERR-1[openai,stream]"})
+    tolerated = frozenset({"ERR-1[openai,stream]", "CONSTRAIN-2[openai,*]"})
 
     def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
         return (200 if 400 <= status < 500 else status), body
@@ -320,7 +324,15 @@ class CumulativeStream(EveryAnswer):
     name = "cumulative-stream"
     expected = frozenset({"STREAM-2[openai,greedy]"})
     tolerated = frozenset(
-        {"STOP-2[openai,*]", "STOP-6[openai]", "STOP-1[openai,pool]", "CANCEL-3[openai]", "STREAM-6[openai]"}
+        {
+            "STOP-2[openai,*]",
+            "STOP-6[openai]",
+            "STOP-1[openai,pool]",
+            "CANCEL-3[openai]",
+            "STREAM-6[openai]",
+            "CONSTRAIN-1[openai,*]",  # a streamed document repeated: no document
+            "STREAM-2[openai,response_format]",
+        }
     )
 
     in_bodies = False
@@ -348,6 +360,8 @@ class LastChunkLost(Mutant):
             "CANCEL-3[openai]",
             "FINISH-6[openai,pool]",
             "STREAM-7[openai,pool]",
+            "CONSTRAIN-1[openai,*]",  # a document that ended "stop" without its tail
+            "STREAM-2[openai,response_format]",
         }
     )
 
@@ -412,6 +426,35 @@ class StopReadsLength(EveryAnswer):
         for choice in _choices(value) if call.stops else []:
             if choice.get("finish_reason") == "stop":
                 choice["finish_reason"] = "length"
+
+
+class StopEndedMiscounted(EveryAnswer):
+    """completion_tokens of a choice that ended on its own (not at max_tokens) counts 3 tokens too many."""
+
+    name = "stop-ended-miscounted"
+    expected = frozenset({"USAGE-5[openai,pool]"})
+
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
+        usage = value.get("usage")
+        choices = _choices(value)
+        ended = [c.get("finish_reason") for c in choices]
+        if isinstance(usage, dict) and call.n == 1 and ended and ended[0] not in (None, "length"):
+            usage["completion_tokens"] = usage.get("completion_tokens", 0) + 3
+            usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage["completion_tokens"]
+
+
+class LengthReadsStop(EveryAnswer):
+    """A choice cut at max_tokens reads "stop", as if it had ended on its own."""
+
+    name = "length-reads-stop"
+    expected = frozenset({"FINISH-6[openai,continues]"})
+    # a document cut at max_tokens that reads "stop" is judged whole, and is none
+    tolerated = frozenset({"CONSTRAIN-1[openai,*]"})
+
+    def fix(self, call: Call, value: dict[str, Any]) -> None:
+        for choice in _choices(value):
+            if choice.get("finish_reason") == "length":
+                choice["finish_reason"] = "stop"
 
 
 class IdsDiffer(EveryAnswer):
@@ -561,6 +604,8 @@ MUTANTS: tuple[type[Mutant], ...] = (
     SplitCharacter,
     FinishReasonUnknown,
     StopReadsLength,
+    LengthReadsStop,
+    StopEndedMiscounted,
     IdsDiffer,
     NIgnored,
     LogprobsIgnored,
@@ -570,4 +615,5 @@ MUTANTS: tuple[type[Mutant], ...] = (
     PromptCountedPerChoice,
     KeepsGeneratingAfterDisconnect,
     BlocksOnSlowReader,
+    *OUTPUT_MUTANTS,  # structured output and tool calls
 )

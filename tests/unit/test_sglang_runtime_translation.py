@@ -9,6 +9,8 @@ from grpclib import GRPCError, Status
 
 from lmrpc._gen.sglang.runtime import v1 as rt
 from lmrpc.v1 import (
+    Choices,
+    Constraint,
     FinishReason,
     GenerateResponse,
     OutputFinished,
@@ -18,6 +20,7 @@ from lmrpc.v1 import (
     Usage,
 )
 from reference_server.frontend.dialects.sglang_runtime.meta import finish_reason
+from reference_server.frontend.dialects.sglang_runtime.openai_body import Body, requested_model
 from reference_server.frontend.dialects.sglang_runtime.requests import (
     NATIVE_FIELD_NAMES,
     generate_options,
@@ -43,7 +46,11 @@ def test_sampling_values_are_taken_as_sent_and_absent_ones_get_sglangs_defaults(
 @pytest.mark.parametrize(
     ("params", "status", "field"),
     [
-        (rt.SamplingParams(json_schema="{}"), Status.UNIMPLEMENTED, "sampling_params.json_schema"),
+        (
+            rt.SamplingParams(guided_decoding=rt.GuidedDecoding(structural_tag="{}")),
+            Status.UNIMPLEMENTED,
+            "sampling_params.guided_decoding.structural_tag",
+        ),
         (rt.SamplingParams(top_k=-2), Status.INVALID_ARGUMENT, "sampling_params.top_k=-2"),
         (rt.SamplingParams(min_new_tokens=-1), Status.INVALID_ARGUMENT, "sampling_params.min_new_tokens=-1"),
         (
@@ -128,3 +135,69 @@ def test_final_only_output_is_one_response_with_every_id() -> None:
     (response,) = [r for event in stream for r in translator.translate(event)]
     assert list(response.output_ids) == [5, 6, 7] and response.finished
     assert json.loads(response.meta_info["finish_reason"]) == {"type": "stop", "matched": 7}
+
+
+@pytest.mark.parametrize(
+    ("model", "answered"),
+    [(None, "default"), ("default", "default"), ("gpt-4o", "gpt-4o"), ("served:name", "served:name")],
+)
+def test_any_model_is_served_and_named_back_as_sglang_does(model: str | None, answered: str) -> None:
+    """SGLang 0.5.23 reads ``model`` only for a LoRA suffix; the served name may itself have a colon."""
+    body = Body({} if model is None else {"model": model}, ("model",))
+    assert requested_model(body, "served:name") == answered
+
+
+@pytest.mark.parametrize("model", ["base:adapter", "served:name:adapter"])
+def test_a_lora_suffix_is_unimplemented_naming_the_model(model: str) -> None:
+    with pytest.raises(GRPCError) as refused:
+        requested_model(Body({"model": model}, ("model",)), "served:name")
+    assert refused.value.status is Status.UNIMPLEMENTED and f"model={model!r}" in (
+        refused.value.message or ""
+    )
+
+
+def test_seed_is_lmrpcs_seed_and_guided_decoding_is_checked_before_anything_else() -> None:
+    seeded = generate_options(
+        rt.GenerateRequest(input_ids=[1], sampling_params=rt.SamplingParams(seed=-1)), vocab_size=10
+    )
+    assert seeded.request.sampling is not None and seeded.request.sampling.seed == (1 << 64) - 1
+    empty = rt.SamplingParams(guided_decoding=rt.GuidedDecoding(ebnf=""))
+    with pytest.raises(GRPCError) as invalid:
+        text_generate_options(rt.TextGenerateRequest(text="x", sampling_params=empty, lora_path="a"))
+    assert invalid.value.message == "guided decoding constraint must not be empty"  # before lora_path
+
+
+@pytest.mark.parametrize(
+    ("params", "constraint"),
+    [
+        (
+            rt.SamplingParams(guided_decoding=rt.GuidedDecoding(ebnf='root ::= "a"')),
+            Constraint(ebnf='root ::= "a"'),
+        ),
+        (rt.SamplingParams(guided_decoding=rt.GuidedDecoding(regex="a+")), Constraint(regex="a+")),
+        (
+            rt.SamplingParams(guided_decoding=rt.GuidedDecoding(json_schema="{}")),
+            Constraint(json_schema="{}"),
+        ),
+        (
+            rt.SamplingParams(
+                guided_decoding=rt.GuidedDecoding(choice=rt.ChoiceConstraint(values=["y", "n"]))
+            ),
+            Constraint(choice=Choices(["y", "n"])),
+        ),
+        (rt.SamplingParams(json_schema='{"type": "object"}'), Constraint(json_schema='{"type": "object"}')),
+        (rt.SamplingParams(regex="b+"), Constraint(regex="b+")),
+        (rt.SamplingParams(), None),
+    ],
+)
+def test_constraints_become_lmrpcs_constraint(
+    params: rt.SamplingParams, constraint: Constraint | None
+) -> None:
+    options = text_generate_options(rt.TextGenerateRequest(text="x", sampling_params=params))
+    assert options.request.constraint == constraint
+
+
+def test_return_text_gives_generate_responses_the_text() -> None:
+    options = generate_options(rt.GenerateRequest(input_ids=[1], return_text=True), vocab_size=10)
+    assert options.return_text
+    assert not generate_options(rt.GenerateRequest(input_ids=[1]), vocab_size=10).return_text

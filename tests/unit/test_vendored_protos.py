@@ -39,18 +39,26 @@ def test_the_licence_is_vendored_with_them() -> None:
 
 
 SGLANG_RUNTIME = ROOT / "proto" / "third_party" / "sglang_runtime"
-SGLANG_RUNTIME_COMMIT = "cde1809f1dd3ae51c64313b08135a196a997be9e"
-SGLANG_RUNTIME_SHA256 = "c294534ca219c3ffd343d4bd45b76cb0eb1f938acd74a0e943738c2f04125461"
+SGLANG_RUNTIME_RELEASE = "sglang` 0.5.23"
+SGLANG_RUNTIME_SHA256 = "5f2bf11ea8b2430667b0342794d9b79c6cda4e93d69b6cfe1f8adb0eef87315c"
 
 
 def test_the_sglang_runtime_proto_is_the_recorded_upstream_file() -> None:
-    """proto/third_party/sglang_runtime/ holds SGLang's sglang.proto unmodified, at the commit
-    and digest its README records."""
+    """proto/third_party/sglang_runtime/ holds SGLang's sglang.proto as the release its README
+    names serves it (checked against that release's server), at the digest the README records."""
     files = sorted(p.relative_to(SGLANG_RUNTIME).as_posix() for p in SGLANG_RUNTIME.rglob("*.proto"))
     assert files == ["sglang/runtime/v1/sglang.proto"]
     digest = hashlib.sha256((SGLANG_RUNTIME / files[0]).read_bytes()).hexdigest()
     assert digest == SGLANG_RUNTIME_SHA256, "sglang.proto differs from the vendored upstream file"
     readme = (SGLANG_RUNTIME / "README.md").read_text()
-    assert SGLANG_RUNTIME_COMMIT in readme and SGLANG_RUNTIME_SHA256 in readme
+    assert SGLANG_RUNTIME_RELEASE in readme and SGLANG_RUNTIME_SHA256 in readme
     licence = (SGLANG_RUNTIME / "LICENSE").read_text()
     assert "Apache License" in licence and "SGLang Team" in licence
+
+
+def test_the_sglang_runtime_proto_has_the_releases_26_rpcs() -> None:
+    """SGLang 0.5.23's SglangService: the 25 RPCs of cde1809f and WatchEngineState, in the
+    release's order."""
+    text = (SGLANG_RUNTIME / "sglang" / "runtime" / "v1" / "sglang.proto").read_text()
+    rpcs = [line.split()[1].split("(")[0] for line in text.splitlines() if line.strip().startswith("rpc ")]
+    assert len(rpcs) == 26 and rpcs[8] == "WatchEngineState", rpcs

@@ -7,6 +7,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
@@ -21,7 +22,12 @@ from reference_server.engine.fake import FakeEngine, FakeEngineConfig
 from reference_server.frontend.engine_link import EngineLink, WorkerUnavailableError
 from reference_server.frontend.requests import FlowHooks, RequestState, RequestTable
 from reference_server.models.tokenizer import TokenizerBundle
+from reference_server.scheduler.engine_factory import whole_character_tokens
+from reference_server.scheduler.grammars import GrammarQueue
 from reference_server.scheduler.process import SchedulerLoop
+
+if TYPE_CHECKING:
+    from reference_server.engine.constraints import Grammar, GrammarCompiler
 
 SAMPLING = ipc.SamplingConfig(1.0, 1.0, 0, 0.0, 0.0, 0.0, 1.0, 7)
 STOPPING = ipc.StoppingConfig(max_tokens=3, min_tokens=0, stop_token_ids=(), ignore_eos=True)
@@ -135,7 +141,7 @@ def test_an_undecodable_worker_frame_naming_no_request_is_only_logged(addresses:
 class _Sockets:
     """A scheduler loop wired to in-process sockets the test reads and writes."""
 
-    def __init__(self, engine: FakeEngine) -> None:
+    def __init__(self, engine: FakeEngine, grammars: GrammarQueue | None = None) -> None:
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.to_scheduler = self.context.socket(zmq.PUSH)
         inbox = self.context.socket(zmq.PULL)
@@ -148,7 +154,7 @@ class _Sockets:
         to_detokenizer, to_frontend = self.context.socket(zmq.PUSH), self.context.socket(zmq.PUSH)
         to_detokenizer.connect("inproc://detokenizer")
         to_frontend.connect("inproc://frontend")
-        self.loop = SchedulerLoop(engine, inbox, to_detokenizer, to_frontend)
+        self.loop = SchedulerLoop(engine, inbox, to_detokenizer, to_frontend, grammars=grammars)
         self.thread = threading.Thread(target=self.loop.run, daemon=True)
         self.thread.start()
 
@@ -184,11 +190,11 @@ def test_an_undecodable_request_fails_alone_and_the_scheduler_keeps_serving() ->
 
 
 class _RefusingEngine(FakeEngine):
-    def add_request(self, request: ipc.SubmitRequest) -> None:
+    def add_request(self, request: ipc.SubmitRequest, grammar: Grammar | None = None) -> None:
         if request.rid == "r-refused":
-            super().add_request(request)  # half-done state the scheduler must clean up
+            super().add_request(request, grammar)  # half-done state the scheduler must clean up
             raise RuntimeError("cannot take it")
-        super().add_request(request)
+        super().add_request(request, grammar)
 
 
 def test_a_request_the_engine_refuses_fails_alone_and_leaves_nothing_behind() -> None:
@@ -275,3 +281,68 @@ def _outputs(sockets: _Sockets) -> list[ipc.SequenceOutput]:
     assert sockets.detokenizer.poll(5000), "the engine did not step"
     message = ipc.detokenizer_decoder.decode(sockets.detokenizer.recv())
     return message.outputs if isinstance(message, ipc.StepOutputs) else []
+
+
+def test_a_request_waiting_for_its_grammar_holds_back_no_other(tokenizer: TokenizerBundle) -> None:
+    """A constrained request whose grammar is still compiling (here: until the test lets it) is
+    parked outside the engine: an unconstrained request sent after it runs to its end, a parked
+    request can be aborted, and the parked request runs once its grammar is done, which is
+    compiled once for all the requests that wait on it."""
+    from reference_server.engine.constraints import GrammarCompiler
+
+    gate = threading.Event()
+
+    class GatedCompiler(GrammarCompiler):
+        def compile(self, constraint: ipc.Constraint) -> Grammar:
+            gate.wait(10)
+            return super().compile(constraint)
+
+    compilers: list[GrammarCompiler] = []
+
+    def make_compiler() -> GrammarCompiler:
+        compilers.append(GatedCompiler(tokenizer, tokenizer.vocab_size))
+        return compilers[-1]
+
+    config = FakeEngineConfig(
+        "fake", tokenizer.vocab_size, tokenizer.eos_token_ids, None, whole_character_tokens(tokenizer)
+    )
+    sockets = _Sockets(FakeEngine(config), GrammarQueue(make_compiler))
+    digits = ipc.Constraint("regex", "[0-9]{3}")
+    stopping = ipc.StoppingConfig(max_tokens=8, min_tokens=0, stop_token_ids=(), ignore_eos=False)
+    constrained = [
+        ipc.SubmitRequest(rid, [5, 6, 7], 2, SAMPLING, stopping, None, DETOKENIZE, constraint=digits)
+        for rid in ("r-parked", "r-aborted")
+    ]
+    try:
+        for request in (*constrained, submit("r-plain")):
+            sockets.to_scheduler.send(ipc.encode(request))
+        assert _detokenizer_message(sockets) == ipc.RegisterRequest("r-plain", 1, DETOKENIZE)
+        while not any(o.finish is not None for o in _outputs(sockets)):
+            pass  # r-plain runs to its end while the grammar compiles
+        sockets.to_scheduler.send(ipc.encode(ipc.AbortRequests(["r-aborted"])))
+        assert _detokenizer_message(sockets) == ipc.RegisterRequest("r-aborted", 2, DETOKENIZE)
+        aborted = _outputs(sockets)
+        assert [(o.rid, o.finish) for o in aborted] == [("r-aborted", ipc.Finish("aborted"))] * 2
+        gate.set()
+        assert _detokenizer_message(sockets) == ipc.RegisterRequest("r-parked", 2, DETOKENIZE)
+        texts: dict[int, list[int]] = {0: [], 1: []}
+        finishes: dict[int, ipc.Finish] = {}
+        while len(finishes) < 2:
+            for out in _outputs(sockets):
+                assert out.rid == "r-parked"
+                texts[out.output_index] += out.token_ids
+                if out.finish is not None:
+                    finishes[out.output_index] = out.finish
+        for index in (0, 1):
+            assert finishes[index] == ipc.Finish("stop", eos_token_id=tokenizer.eos_token_ids[0])
+            assert tokenizer.decode(texts[index][:-1]).isdigit() and len(texts[index]) == 4
+        assert len(compilers) == 1 and compilers[0].compilations == 1
+    finally:
+        gate.set()
+        sockets.close()
+
+
+def _detokenizer_message(sockets: _Sockets) -> ipc.DETOKENIZER_INBOX:
+    assert sockets.detokenizer.poll(5000), "nothing reached the detokenizer"
+    message: ipc.DETOKENIZER_INBOX = ipc.detokenizer_decoder.decode(sockets.detokenizer.recv())
+    return message

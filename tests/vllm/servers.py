@@ -217,6 +217,9 @@ def _vllm_process(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+SERVING_ANSWER = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
+
+
 def _models_listed(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/v1/models", timeout=5) as response:
@@ -226,12 +229,16 @@ def _models_listed(url: str) -> bool:
 
 
 def _grpc_serving(target: str) -> bool:
+    """Health/Check answers SERVING. Raw bytes, not grpc_health's generated module: that module adds
+    grpc.health.v1 to protobuf's default pool, which the reference server's reflection may have filled."""
     import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     with grpc.insecure_channel(target) as channel:
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check", request_serializer=bytes, response_deserializer=bytes
+        )
         try:
-            answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            answer = check(b"", timeout=5)  # an empty HealthCheckRequest: the whole server
         except grpc.RpcError:
             return False
-    return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+    return bool(answer == SERVING_ANSWER)

@@ -32,7 +32,7 @@ from conformance.search.openai import openai_requests
 from conformance.search.property import profile, run_property, search
 from conformance.spec.clauses import SHOULD
 from conformance.validators.openai import LOGPROB_SLACK, Answer
-from conformance.vocabulary import CaseFailed, Mismatch, mismatch
+from conformance.vocabulary import CaseFailed, CaseSkipped, Mismatch, mismatch
 
 PAIRS = "openai-pairs"
 MULTIBYTE = ("日本語で答えてください。", "Emoji test 🙂🚀", "Ελληνικά κείμενα", "Réponds en français :")
@@ -253,3 +253,29 @@ async def choices_differ(ctx: Ctx) -> None:
                 break
         else:
             ctx.check.add(f"{api} temperature=1 n=2 choices", "different for some prompt", seen)
+
+
+@openai_case("FINISH-6", tag="continues")
+async def cut_short_reads_length(ctx: Ctx) -> None:
+    """A greedy choice that the same request with a larger max_tokens carries on past ended at
+    max_tokens, not at a stop: its finish_reason is "length" (for every prompt and endpoint tried)."""
+    support(ctx).need_determinism()
+    short = ctx.tuning.max_tokens
+    judged = 0
+    for api in support(ctx).apis():
+        for prompt in ("Once upon a time", "Count from one to ten in words:"):
+            cut = (await answered(ctx, make(api, prompt, temperature=0, max_tokens=short))).view
+            whole = (await answered(ctx, make(api, prompt, temperature=0, max_tokens=4 * short))).view
+            cut_choice, whole_choice = cut.choices.get(0), whole.choices.get(0)
+            if cut_choice is None or whole_choice is None:
+                continue
+            if not whole_choice.text.startswith(cut_choice.text) or whole_choice.text == cut_choice.text:
+                continue  # the cut answer ended for good (or greedy decoding did not repeat): nothing to judge
+            judged += 1
+            ctx.check.equal(
+                f"{api} finish_reason of {prompt!r} at max_tokens={short}, which max_tokens={4 * short} carries on",
+                "length",
+                cut_choice.finish,
+            )
+    if not judged:
+        raise CaseSkipped(f"every greedy answer ended within {short} tokens: no cut answer to judge")

@@ -24,6 +24,7 @@ from conformance.validators.openai import CLAUSES, Answer, judge
 from conformance.vocabulary import CaseFailed, Mismatch, Repro
 
 POOL = "openai-pool"
+ENDS_ON_ITS_OWN = 64  # tokens: a short greedy answer ends before this
 
 
 def sentinels(found: Support, max_tokens: int) -> list[OpenAIRequest]:
@@ -37,6 +38,10 @@ def sentinels(found: Support, max_tokens: int) -> list[OpenAIRequest]:
             logprobs = {"logprobs": True, "top_logprobs": 2} if api == "chat" else {"logprobs": 2}
         out.append(make(api, max_tokens=max_tokens, temperature=0, n=greedy_n, **logprobs))
         out.append(make(api, "Once upon a time", max_tokens=max_tokens, temperature=1.0, n=n, **logprobs))
+        if logprobs:  # one choice with room to end on its own: its usage is checked against its entries
+            out.append(
+                make(api, "Say hi.", max_tokens=max(ENDS_ON_ITS_OWN, max_tokens), temperature=0, **logprobs)
+            )
         if found.has(api, "stream"):
             usage = {"stream_options": {"include_usage": True}} if found.has(api, "include_usage") else {}
             out.append(

@@ -68,7 +68,9 @@ async def n_charges_every_choice(ctx: Ctx) -> None:
             for stream in (False, True) if support(ctx).has(api, "include_usage") else (False,):
                 extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
                 for n in (1, 2):
-                    temperature = 0 if n == 1 else 1.0  # several greedy choices: refused by some
+                    # several greedy choices (equal, so both run to max_tokens) where the server takes them
+                    greedy = n == 1 or support(ctx).has(api, "greedy_n")
+                    temperature = 0 if greedy else 1.0
                     request = make(
                         api, prompt, max_tokens=N2_MAX_TOKENS, temperature=temperature, n=n, **extra
                     )

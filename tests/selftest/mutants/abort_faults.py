@@ -237,6 +237,43 @@ class ReuseBlocked(Mutant):
                 self.ended[rid] = time.monotonic()
 
 
+class AbortMatchesPrefix(Mutant):
+    name = "abort-matches-prefix"
+    fault = "Abort of an id also aborts every request in flight whose id it is a prefix of (SGLang's match)"
+    expected = frozenset({"ABORT-1[prefix-id]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        ids = _ids(request) if method == "abort" else None
+        if not ids:
+            return await super().unary(method, request)
+        wider = [rid for rid in self.calls if any(rid != i and rid.startswith(i) for i in ids)]
+        if wider:
+            await super().unary(method, _forward_abort(wider))
+        return await super().unary(method, request)
+
+
+class AbortFirstIdOnly(Mutant):
+    name = "abort-first-id-only"
+    fault = "an Abort naming several ids reaches the first only, and answers ABORTED for every one in flight"
+    expected = frozenset({"ABORT-1[mixed]", "ABORT-2[several-ids]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        ids = _ids(request) if method == "abort" else None
+        if not ids or len(set(ids)) < 2:
+            return await super().unary(method, request)
+        ordered = list(dict.fromkeys(ids))
+        reply = await super().unary(method, _forward_abort(ordered[:1]))
+        first = {o.request_id: o.status for o in reply.outcomes}
+        return AbortResponse(
+            outcomes=[
+                AbortOutcome(
+                    i, first.get(i, AbortStatus.ABORTED if i in self.calls else AbortStatus.NOT_IN_FLIGHT)
+                )
+                for i in ordered
+            ]
+        )
+
+
 ABORT_FAULTS: tuple[type[Mutant], ...] = (
     AbortLags,
     AbortOutcomesDuplicated,
@@ -245,4 +282,6 @@ ABORT_FAULTS: tuple[type[Mutant], ...] = (
     CancelTakesSamePrompt,
     DeadlineAsAborted,
     ReuseBlocked,
+    AbortMatchesPrefix,
+    AbortFirstIdOnly,
 )

@@ -38,6 +38,18 @@ class UnknownRoleRewritten(RequestRewrite):
                 message.role = "user"
 
 
+class StopTokensDroppedForN(RequestRewrite):
+    name = "stop-tokens-dropped-for-n"
+    fault = "stop_token_ids are dropped from a request of several outputs"
+    expected = frozenset({"STOP-3[n=2]"})
+    triggered_by = frozenset({"generate.stop_token_ids"})  # a generated request may hold both
+
+    def edit(self, request: GenerateRequest) -> None:
+        several = request.sampling is not None and (request.sampling.n or 1) > 1
+        if several and request.stopping is not None:
+            request.stopping.stop_token_ids = []
+
+
 class MinTokensNeedMaxTokens(RequestRewrite):
     name = "min-tokens-need-max-tokens"
     fault = "min_tokens is dropped when max_tokens is absent"
@@ -184,6 +196,7 @@ REQUEST_MUTANTS: tuple[type[Mutant], ...] = (
     GenerationPromptIgnored,
     UnknownRoleRewritten,
     MinTokensNeedMaxTokens,
+    StopTokensDroppedForN,
     PenaltiesIgnored,
     IncludeStopTokenDropped,
     IncludeStopIgnoresEos,

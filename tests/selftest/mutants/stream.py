@@ -75,7 +75,9 @@ class CumulativeIds(Mutant):
     expected = frozenset(
         {
             "ABORT-1[mixed]",
+            "ABORT-1[prefix-id]",
             "ABORT-2[mid-stream]",
+            "ABORT-2[several-ids]",
             "ABORT-4[*]",
             "ABORT-5",
             "ADMIN-1[output_dir]",

@@ -131,6 +131,7 @@ class UnknownAbortFails(Mutant):
     fault = "Abort of an id that is not in flight fails with NOT_FOUND"
     expected = frozenset(  # every ABORT-1 case but twice-while-ending, whose two Aborts name a live id
         {
+            "ABORT-1[prefix-id]",
             "ABORT-1[unknown]",
             "CAP-5[max_abort_request_ids]",
             "ABORT-1[finished]",

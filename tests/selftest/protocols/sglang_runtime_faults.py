@@ -2,18 +2,22 @@
 proxy with exactly one fault, each declaring the cases that must fail against it, no more and no
 fewer. The faults are the ways SGLang's native stream has hurt its clients (notes/protocols.md):
 cumulative read as delta and back, the last ids lost, stringly-typed ``meta_info`` gone wrong, a
-finish flag that lies, an Abort that misses outputs. Controls are correct variants that must pass
-every case."""
+finish flag that lies, an Abort that misses outputs; and in the RPCs beside Generate: stop strings
+on the text path, the embeddings, Score and Rerank, and the administration (FlushCache, the pause
+modes, the profiler, weight updates). Controls are correct variants that must pass every case."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
+
+from grpclib import GRPCError, Status
 
 from lmrpc._gen.sglang.runtime import v1 as rt
 
-from .engine_faults import COMPARES_RUNS
+from .engine_faults import COMPARES_RUNS, CONSTRAINT_DROPPED
+from .engine_faults import ConstraintDropped as ConstraintDroppedFault
 from .engine_proxy import EngineCall, RuntimeProxy
 
 # The state machine's random programs race aborts, cancels and deadlines against generation: a
@@ -62,7 +66,7 @@ class DeltaText(RuntimeProxy):
     """TextGenerate's streamed responses carry only their new text (Generate's stay cumulative)."""
 
     name = "runtime-delta-text"
-    expected = frozenset({"SRT-1[text]"})
+    expected = frozenset({"SRT-1[text]", "STOP-1[text-generate]"})  # the output's text read as cumulative
 
     async def replies(self, method: str, replies: AsyncIterator[Any]) -> AsyncIterator[Any]:
         sent: dict[int, int] = {}
@@ -79,7 +83,10 @@ class DeclaresIncremental(RuntimeProxy):
     """GetServerInfo declares incremental_streaming_output while every stream is cumulative."""
 
     name = "runtime-declares-incremental"
-    expected = frozenset({"SRT-1[ids]", "SRT-1[text]"})
+    expected = frozenset({"SRT-1[ids]", "SRT-1[text]", "STOP-1[text-generate]"})
+    # the logprob lists of an output streamed over several responses, read as the declared deltas,
+    # come out doubled: a case that drew such a request (the pool's STREAM-7) sees it
+    triggered_by = frozenset({"generate.return_logprobs"})
 
     async def unary(self, method: str, request: Any) -> Any:
         reply = await self.forward(method, request)
@@ -101,13 +108,18 @@ class LastIdsLost(RuntimeProxy):
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
             "ABORT-5",
+            "ADMIN-2[native-refused]",
             "FINISH-2",
+            "LIFE-3[native-flush]",
+            "LIFE-3[pause-abort]",
+            "LIFE-3[pause-retract]",
             "N-1",
             "SRT-1[ids]",
             "SRT-4[abort_all]",
             "SRT-4[one-of-two]",
             "SRT-4[rid]",
             "STOP-3",
+            "STOP-3[n=2]",
             "STREAM-7",
             "STREAM-8[greedy]",
             "USAGE-5",
@@ -230,7 +242,9 @@ class CachedOverPrompt(RuntimeProxy):
     """cached_tokens on the finished response exceeds prompt_tokens (a count of cached blocks' slots)."""
 
     name = "runtime-cached-over-prompt"
-    expected = frozenset({"SRT-2", "USAGE-4", "USAGE-7[after-flush]", "USAGE-7[fresh-prompt]"})
+    expected = frozenset(
+        {"LIFE-3[native-flush]", "SRT-2", "USAGE-4", "USAGE-7[after-flush]", "USAGE-7[fresh-prompt]"}
+    )
 
     async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         async for response in events:
@@ -251,6 +265,7 @@ class IndexMissing(RuntimeProxy):
             "ABORT-5",
             "FINISH-1",
             "FINISH-3",
+            "LIFE-3[pause-abort]",
             "N-1",
             "N-1[n=2]",
             "N-1[n=4]",
@@ -294,6 +309,7 @@ class FinishReasonString(RuntimeProxy):
             "SRT-4[one-of-two]",
             "SRT-4[rid]",
             "STOP-3",
+            "STOP-3[n=2]",
             "STOP-5[default]",
         }
     )
@@ -408,7 +424,9 @@ class AbortMissesOutputs(RuntimeProxy):
     (sgl-project/sglang#32588: abort not reaching n > 1 outputs)."""
 
     name = "runtime-abort-misses-outputs"
-    expected = frozenset({"ABORT-4[n=2]", "ABORT-4[n=4]", "ABORT-5", "SRT-4[abort_all]", "SRT-4[rid]"})
+    expected = frozenset(
+        {"ABORT-4[n=2]", "ABORT-4[n=4]", "ABORT-5", "LIFE-3[pause-abort]", "SRT-4[abort_all]", "SRT-4[rid]"}
+    )
     tolerated = STATE_MACHINE
 
     async def transform(self, call: EngineCall, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
@@ -431,6 +449,7 @@ class AbortAsStop(RuntimeProxy):
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
             "ABORT-5",
+            "LIFE-3[pause-abort]",
             "SRT-4[abort_all]",
             "SRT-4[one-of-two]",
             "SRT-4[rid]",
@@ -485,11 +504,237 @@ class PauseIgnored(RuntimeProxy):
     """PauseGeneration answers and pauses nothing."""
 
     name = "runtime-pause-ignored"
-    expected = frozenset({"LIFE-3[pause]"})
+    expected = frozenset({"LIFE-3[pause]", "LIFE-3[pause-abort]", "LIFE-3[pause-retract]"})
 
     async def unary(self, method: str, request: Any) -> Any:
         if method == "pause_generation":
             return rt.PauseGenerationResponse(message="paused")
+        return await self.forward(method, request)
+
+
+# ── stop strings on the text path (TextGenerate) ─────────────
+def _matched_string(response: Any) -> str | None:
+    reason = finished_reason(response)
+    matched = reason.get("matched") if reason is not None and reason.get("type") == "stop" else None
+    return matched if isinstance(matched, str) else None
+
+
+class TextStopKept(RuntimeProxy):
+    """TextGenerate keeps the matched stop string in the output's text (no_stop_trim read as true)."""
+
+    name = "runtime-text-stop-kept"
+    expected = frozenset({"STOP-1[text-generate]", "STOP-2[text-generate]"})
+
+    async def replies(self, method: str, replies: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in replies:
+            matched = _matched_string(response) if method == "text_generate" else None
+            if matched is not None:
+                response.text += matched
+            yield response
+
+
+class TextFirstStopOnly(RuntimeProxy):
+    """TextGenerate honours only the first entry of its stop list (later stop strings dropped)."""
+
+    name = "runtime-text-first-stop-only"
+    expected = frozenset({"STOP-2[text-generate]"})
+
+    def upstream_stream(self, method: str, request: Any, deadline: Any) -> AsyncGenerator[Any]:
+        if method == "text_generate" and request.sampling_params is not None:
+            request.sampling_params.stop = list(request.sampling_params.stop)[:1]
+        return super().upstream_stream(method, request, deadline)
+
+
+class TextStopMatchedNull(RuntimeProxy):
+    """TextGenerate's finish reason for a stop string says "stop" and matched null."""
+
+    name = "runtime-text-stop-matched-null"
+    expected = frozenset({"FINISH-5[text-generate]"})
+
+    async def replies(self, method: str, replies: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for response in replies:
+            if method == "text_generate" and _matched_string(response) is not None:
+                values = meta(response)
+                values["finish_reason"] = {"type": "stop", "matched": None}
+                set_meta(response, values)
+            yield response
+
+
+# ── embeddings ───────────────────────────────────────────────
+def _body(reply: Any) -> Any:
+    return json.loads(reply.json_body)
+
+
+def _with_body(reply: Any, body: Any) -> Any:
+    reply.json_body = json.dumps(body).encode()
+    return reply
+
+
+class OpenAIEmbedReversed(RuntimeProxy):
+    """OpenAIEmbed answers a batch in reverse order, each entry's index renumbered to its place."""
+
+    name = "runtime-openai-embed-reversed"
+    expected = frozenset({"EMBED-1"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await self.forward(method, request)
+        if method == "open_a_i_embed" and reply.status_code == 200:  # the proxy's name of OpenAIEmbed
+            body = _body(reply)
+            body["data"] = [{**d, "index": i} for i, d in enumerate(reversed(body["data"]))]
+            _with_body(reply, body)
+        return reply
+
+
+class TextEmbedUnnormalized(RuntimeProxy):
+    """TextEmbed answers the vector scaled by 2 (a pooler that does not normalize), unlike OpenAIEmbed."""
+
+    name = "runtime-text-embed-unnormalized"
+    expected = frozenset({"EMBED-1[native]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await self.forward(method, request)
+        if method == "text_embed":
+            reply.embedding = [2 * v for v in reply.embedding]
+        return reply
+
+
+class EmbedRidNotEchoed(RuntimeProxy):
+    """TextEmbed's and Embed's meta_info id is one the server made up, not the rid sent."""
+
+    name = "runtime-embed-rid-not-echoed"
+    expected = frozenset({"EMBED-3[native]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await self.forward(method, request)
+        if method in ("text_embed", "embed"):
+            values = meta(reply)
+            values["id"] = f"srv-{values['id']}"
+            set_meta(reply, values)
+        return reply
+
+
+# ── Score and Rerank ─────────────────────────────────────────
+class ScoreReversed(RuntimeProxy):
+    """Score answers its items' scores in reverse order."""
+
+    name = "runtime-score-reversed"
+    expected = frozenset({"SCORE-1[native]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await self.forward(method, request)
+        if method == "score" and reply.status_code == 200:
+            body = _body(reply)
+            body["scores"] = list(reversed(body["scores"]))
+            _with_body(reply, body)
+        return reply
+
+
+class RerankTiesByHigherIndex(RuntimeProxy):
+    """Rerank orders documents of equal score by the higher index first."""
+
+    name = "runtime-rerank-ties-reversed"
+    expected = frozenset({"SCORE-2[native]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await self.forward(method, request)
+        if method == "rerank" and reply.status_code == 200:
+            results = _body(reply)
+            _with_body(reply, sorted(results, key=lambda r: (-r["score"], -r["index"])))
+        return reply
+
+
+# ── administration ───────────────────────────────────────────
+class FlushAbortsRequests(RuntimeProxy):
+    """FlushCache ends every request in flight (it frees their KV cache too)."""
+
+    name = "runtime-flush-aborts"
+    expected = frozenset({"LIFE-3[native-flush]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "flush_cache":
+            await self.forward("abort", rt.AbortRequest(abort_all=True))
+        return await self.forward(method, request)
+
+
+class FlushNoop(RuntimeProxy):
+    """FlushCache answers success and flushes nothing."""
+
+    name = "runtime-flush-noop"
+    expected = frozenset({"LIFE-3[native-flush]"})
+    tolerated = frozenset({"USAGE-7[after-flush]"})  # fails where an earlier case left its prompt cached
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "flush_cache":
+            return rt.FlushCacheResponse(success=True, message="Cache flushed.")
+        return await self.forward(method, request)
+
+
+class PauseAbortKeepsRequests(RuntimeProxy):
+    """PauseGeneration(mode="abort") pauses the requests in flight in place instead of ending them."""
+
+    name = "runtime-pause-abort-in-place"
+    expected = frozenset({"LIFE-3[pause-abort]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "pause_generation" and request.mode == "abort":
+            request.mode = "in_place"
+        return await self.forward(method, request)
+
+
+class PauseRetractAborts(RuntimeProxy):
+    """PauseGeneration(mode="retract") ends the requests in flight (as mode "abort" does)."""
+
+    name = "runtime-pause-retract-aborts"
+    expected = frozenset({"LIFE-3[pause-retract]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "pause_generation" and request.mode == "retract":
+            request.mode = "abort"
+        return await self.forward(method, request)
+
+
+class ProfileStartedTwice(RuntimeProxy):
+    """StartProfile while a recording runs answers OK (as if it had started one)."""
+
+    name = "runtime-profile-started-twice"
+    expected = frozenset({"ADMIN-1[native]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        try:
+            return await self.forward(method, request)
+        except GRPCError as exc:  # FAILED_PRECONDITION, or SGLang's INTERNAL: already recording
+            if method == "start_profile" and exc.status is not Status.UNIMPLEMENTED:
+                return rt.StartProfileResponse(message="Profiling started.")
+            raise
+
+
+class UpdateRefusalAsSuccess(RuntimeProxy):
+    """UpdateWeightsFromDisk answers success = true for a path it refused (the failure swallowed)."""
+
+    name = "runtime-update-refusal-as-success"
+    expected = frozenset({"ADMIN-2[native-refused]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        try:
+            reply = await self.forward(method, request)
+        except GRPCError as exc:
+            if method != "update_weights_from_disk" or exc.status is Status.UNIMPLEMENTED:
+                raise
+            return rt.UpdateWeightsResponse(success=True, message="Succeeded to update model weights.")
+        if method == "update_weights_from_disk":
+            reply.success = True
+        return reply
+
+
+class UpdateLoadFails(RuntimeProxy):
+    """UpdateWeightsFromDisk of a loadable checkpoint answers success = false (and loads nothing)."""
+
+    name = "runtime-update-load-fails"
+    expected = frozenset({"ADMIN-2[native-reload]"})
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "update_weights_from_disk":
+            return rt.UpdateWeightsResponse(success=False, message="Failed to load the checkpoint.")
         return await self.forward(method, request)
 
 
@@ -528,6 +773,11 @@ class LastIdsInFinished(RuntimeProxy):
             yield response
 
 
+class ConstraintDropped(ConstraintDroppedFault, RuntimeProxy):
+    name = "runtime-constraint-dropped"
+    expected = CONSTRAINT_DROPPED - {"CONSTRAIN-3[n=4]"}  # no seed: it skips
+
+
 SGLANG_RUNTIME_MUTANTS: tuple[type[RuntimeProxy], ...] = (
     DeltaIds,
     DeltaText,
@@ -552,6 +802,22 @@ SGLANG_RUNTIME_MUTANTS: tuple[type[RuntimeProxy], ...] = (
     LoadNeverIdle,
     LoadTokensUnreported,
     PauseIgnored,
+    TextStopKept,
+    TextFirstStopOnly,
+    TextStopMatchedNull,
+    OpenAIEmbedReversed,
+    TextEmbedUnnormalized,
+    EmbedRidNotEchoed,
+    ScoreReversed,
+    RerankTiesByHigherIndex,
+    FlushAbortsRequests,
+    FlushNoop,
+    PauseAbortKeepsRequests,
+    PauseRetractAborts,
+    ProfileStartedTwice,
+    UpdateRefusalAsSuccess,
+    UpdateLoadFails,
     MetaInOtherOrder,
     LastIdsInFinished,
+    ConstraintDropped,
 )

@@ -6,10 +6,8 @@ beside its own mutants (whose OpenAI RPCs pass through untouched)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from typing import Any
-
-from lmrpc._gen.sglang.runtime import v1 as rt
 
 from .engine_proxy import RuntimeProxy
 
@@ -69,21 +67,6 @@ class TailLost(RuntimeProxy):
             yield message
 
 
-class ModelIgnored(RuntimeProxy):
-    """Any ``model`` is served: the name is swapped for the served one before the server sees it."""
-
-    name = "runtime-openai-model-ignored"
-    expected = frozenset({"ERR-4[openai,unknown-model]"})
-
-    async def upstream_stream(self, method: str, request: Any, deadline: Any) -> AsyncGenerator[Any]:
-        body = _chunk(rt.OpenAiStreamChunk(json_chunk=request.json_body)) if method in OPENAI_RPCS else None
-        if body is not None:  # a body that is not a JSON object goes on as it came
-            body.pop("model", None)
-            request = rt.OpenAiRequest(json_body=json.dumps(body).encode())
-        async for reply in super().upstream_stream(method, request, deadline):
-            yield reply
-
-
 class UsageOffByOne(RuntimeProxy):
     """``usage.completion_tokens`` (and the total) counts one token more than the choices hold."""
 
@@ -106,4 +89,4 @@ class UsageOffByOne(RuntimeProxy):
             yield message
 
 
-SGLANG_RUNTIME_OPENAI_MUTANTS: tuple[type[RuntimeProxy], ...] = (TailLost, ModelIgnored, UsageOffByOne)
+SGLANG_RUNTIME_OPENAI_MUTANTS: tuple[type[RuntimeProxy], ...] = (TailLost, UsageOffByOne)

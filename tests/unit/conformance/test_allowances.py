@@ -265,8 +265,18 @@ def test_with_a_stop_string_the_stop_tokens_logprobs_may_be_left_out() -> None:
     entries = [(t, -0.1, [(t, -0.1)]) for t in "abc"]
     answer = chat_logprobs(entries, k=1, finish="stop", completion_tokens=4, max_tokens=8, stop=["d"])
     assert judge(answer, ["STREAM-7"]) == []
-    without_stop = chat_logprobs(entries, k=1, finish="stop", completion_tokens=4, max_tokens=8)
-    assert judge(without_stop, ["STREAM-7"])  # no stop string: one entry per token
+    without_stop = chat_logprobs(entries, k=1, finish="stop", completion_tokens=5, max_tokens=8)
+    assert judge(without_stop, ["STREAM-7"])  # no stop string: one entry per token (and maybe an EOS)
+
+
+def test_a_choice_that_ended_on_its_own_may_count_its_eos_without_an_entry() -> None:
+    """The reading: usage may count an end-of-sequence token that no logprobs entry shows (vLLM, smg)."""
+    entries = [(t, -0.1, [(t, -0.1)]) for t in "abc"]
+    for tokens, fits in ((3, True), (4, True), (5, False), (2, False)):
+        answer = chat_logprobs(entries, k=1, finish="stop", completion_tokens=tokens, max_tokens=8)
+        assert (judge(answer, ["STREAM-7"]) == []) is fits, tokens
+    cut = chat_logprobs(entries, k=1, finish="length", completion_tokens=4, max_tokens=4)
+    assert judge(cut, ["STREAM-7"])  # cut at max_tokens: one entry per token, no EOS to leave out
 
 
 # FINISH-1 (openai): "exactly one non-null `finish_reason` per choice, and no content for a choice after it"

@@ -6,14 +6,17 @@
 __all__ = (
     "AbortRequest",
     "AbortResponse",
+    "ChoiceConstraint",
     "ClassifyRequest",
     "ClassifyResponse",
     "ContinueGenerationRequest",
     "ContinueGenerationResponse",
     "DetokenizeRequest",
     "DetokenizeResponse",
+    "DisaggregatedParams",
     "EmbedRequest",
     "EmbedResponse",
+    "EngineStateSnapshot",
     "FlushCacheRequest",
     "FlushCacheResponse",
     "GenerateRequest",
@@ -24,8 +27,11 @@ __all__ = (
     "GetModelInfoResponse",
     "GetServerInfoRequest",
     "GetServerInfoResponse",
+    "GuidedDecoding",
     "HealthCheckRequest",
     "HealthCheckResponse",
+    "KvHintAction",
+    "KvHintsEnvelope",
     "ListModelsRequest",
     "ListModelsResponse",
     "ModelCard",
@@ -49,8 +55,10 @@ __all__ = (
     "TokenizeResponse",
     "UpdateWeightsRequest",
     "UpdateWeightsResponse",
+    "WatchEngineStateRequest",
 )
 
+import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -90,6 +98,14 @@ class AbortResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("sglang.runtime.v1", "AbortResponse", AbortResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ChoiceConstraint(betterproto2.Message):
+    values: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+
+
+default_message_pool.register_message("sglang.runtime.v1", "ChoiceConstraint", ChoiceConstraint)
 
 
 @dataclass(eq=False, repr=False)
@@ -167,6 +183,29 @@ default_message_pool.register_message("sglang.runtime.v1", "DetokenizeResponse",
 
 
 @dataclass(eq=False, repr=False)
+class DisaggregatedParams(betterproto2.Message):
+    """
+    Disaggregated prefill/decode rendezvous parameters.
+
+    Carried on Generate/TextGenerate requests when the worker is part of a
+    disaggregated deployment. The prefill leg writes its KV cache to the
+    bootstrap server identified by (bootstrap_host, bootstrap_port) under
+    the room id; the decode leg fetches it from the same room. Both legs
+    receive the same `bootstrap_room` from the router so they rendezvous
+    on the KV transfer.
+    """
+
+    bootstrap_host: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    bootstrap_port: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+    bootstrap_room: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("sglang.runtime.v1", "DisaggregatedParams", DisaggregatedParams)
+
+
+@dataclass(eq=False, repr=False)
 class EmbedRequest(betterproto2.Message):
     """
     ---- Tokenized embed (input_ids in, embedding out) ----
@@ -200,6 +239,39 @@ class EmbedResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("sglang.runtime.v1", "EmbedResponse", EmbedResponse)
+
+
+@dataclass(eq=False, repr=False)
+class EngineStateSnapshot(betterproto2.Message):
+    """
+    A complete discovery and lifecycle snapshot. The JSON discovery payloads
+    intentionally retain the same wire shape as GetModelInfo/GetServerInfo.
+    """
+
+    instance_id: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+    """
+    Unix time in nanoseconds, captured once for this engine process.
+    """
+
+    revision: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+    """
+    Starts at one and increases for each snapshot from this instance.
+    """
+
+    healthy: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+
+    is_pause: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+
+    model_info: "GetModelInfoResponse | None" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    server_info: "GetServerInfoResponse | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message("sglang.runtime.v1", "EngineStateSnapshot", EngineStateSnapshot)
 
 
 @dataclass(eq=False, repr=False)
@@ -256,6 +328,28 @@ class GenerateRequest(betterproto2.Message):
         map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
     )
 
+    session_id: "str | None" = betterproto2.field(12, betterproto2.TYPE_STRING, optional=True)
+
+    disaggregated_params: "DisaggregatedParams | None" = betterproto2.field(
+        13, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    priority: "int | None" = betterproto2.field(14, betterproto2.TYPE_INT32, optional=True)
+
+    require_reasoning: "bool | None" = betterproto2.field(15, betterproto2.TYPE_BOOL, optional=True)
+
+    max_thinking_tokens: "int | None" = betterproto2.field(16, betterproto2.TYPE_UINT32, optional=True)
+
+    kv_hints: "KvHintsEnvelope | None" = betterproto2.field(17, betterproto2.TYPE_MESSAGE, optional=True)
+
+    return_text: "bool | None" = betterproto2.field(18, betterproto2.TYPE_BOOL, optional=True)
+
+    image_data: "list[str]" = betterproto2.field(19, betterproto2.TYPE_STRING, repeated=True)
+
+    video_data: "list[str]" = betterproto2.field(20, betterproto2.TYPE_STRING, repeated=True)
+
+    audio_data: "list[str]" = betterproto2.field(21, betterproto2.TYPE_STRING, repeated=True)
+
 
 default_message_pool.register_message("sglang.runtime.v1", "GenerateRequest", GenerateRequest)
 
@@ -271,6 +365,8 @@ class GenerateResponse(betterproto2.Message):
     )
 
     finished: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+
+    text: "str | None" = betterproto2.field(4, betterproto2.TYPE_STRING, optional=True)
 
 
 default_message_pool.register_message("sglang.runtime.v1", "GenerateResponse", GenerateResponse)
@@ -339,6 +435,35 @@ default_message_pool.register_message("sglang.runtime.v1", "GetServerInfoRespons
 
 
 @dataclass(eq=False, repr=False)
+class GuidedDecoding(betterproto2.Message):
+    """
+
+
+    Oneofs:
+        - constraint:
+    """
+
+    json_schema: "str | None" = betterproto2.field(
+        1, betterproto2.TYPE_STRING, optional=True, group="constraint"
+    )
+
+    regex: "str | None" = betterproto2.field(2, betterproto2.TYPE_STRING, optional=True, group="constraint")
+
+    ebnf: "str | None" = betterproto2.field(3, betterproto2.TYPE_STRING, optional=True, group="constraint")
+
+    choice: "ChoiceConstraint | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, optional=True, group="constraint"
+    )
+
+    structural_tag: "str | None" = betterproto2.field(
+        5, betterproto2.TYPE_STRING, optional=True, group="constraint"
+    )
+
+
+default_message_pool.register_message("sglang.runtime.v1", "GuidedDecoding", GuidedDecoding)
+
+
+@dataclass(eq=False, repr=False)
 class HealthCheckRequest(betterproto2.Message):
     """
     ---- Health check ----
@@ -356,6 +481,41 @@ class HealthCheckResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("sglang.runtime.v1", "HealthCheckResponse", HealthCheckResponse)
+
+
+@dataclass(eq=False, repr=False)
+class KvHintAction(betterproto2.Message):
+    action_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    action_type: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    action_version: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    payload: "___google__protobuf__.Struct | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    Action-specific; validated by the component implementing action_type.
+    """
+
+
+default_message_pool.register_message("sglang.runtime.v1", "KVHintAction", KvHintAction)
+
+
+@dataclass(eq=False, repr=False)
+class KvHintsEnvelope(betterproto2.Message):
+    """
+    Versioned KV-hint envelope forwarded from a trusted orchestrator.
+    """
+
+    protocol_version: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    message_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    actions: "list[KvHintAction]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("sglang.runtime.v1", "KVHintsEnvelope", KvHintsEnvelope)
 
 
 @dataclass(eq=False, repr=False)
@@ -426,6 +586,8 @@ class OpenAiStreamChunk(betterproto2.Message):
 
     finished: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
 
+    status_code: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+
 
 default_message_pool.register_message("sglang.runtime.v1", "OpenAIStreamChunk", OpenAiStreamChunk)
 
@@ -485,6 +647,19 @@ class SamplingParams(betterproto2.Message):
     json_schema: "str | None" = betterproto2.field(14, betterproto2.TYPE_STRING, optional=True)
 
     regex: "str | None" = betterproto2.field(15, betterproto2.TYPE_STRING, optional=True)
+
+    seed: "int | None" = betterproto2.field(16, betterproto2.TYPE_INT64, optional=True)
+
+    guided_decoding: "GuidedDecoding | None" = betterproto2.field(
+        17, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.is_set("json_schema"):
+            warnings.warn("SamplingParams.json_schema is deprecated", DeprecationWarning)
+        if self.is_set("regex"):
+            warnings.warn("SamplingParams.regex is deprecated", DeprecationWarning)
 
 
 default_message_pool.register_message("sglang.runtime.v1", "SamplingParams", SamplingParams)
@@ -596,6 +771,20 @@ class TextGenerateRequest(betterproto2.Message):
         map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
     )
 
+    session_id: "str | None" = betterproto2.field(13, betterproto2.TYPE_STRING, optional=True)
+
+    disaggregated_params: "DisaggregatedParams | None" = betterproto2.field(
+        14, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    priority: "int | None" = betterproto2.field(15, betterproto2.TYPE_INT32, optional=True)
+
+    require_reasoning: "bool | None" = betterproto2.field(16, betterproto2.TYPE_BOOL, optional=True)
+
+    max_thinking_tokens: "int | None" = betterproto2.field(17, betterproto2.TYPE_UINT32, optional=True)
+
+    kv_hints: "KvHintsEnvelope | None" = betterproto2.field(18, betterproto2.TYPE_MESSAGE, optional=True)
+
 
 default_message_pool.register_message("sglang.runtime.v1", "TextGenerateRequest", TextGenerateRequest)
 
@@ -666,6 +855,18 @@ class UpdateWeightsResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("sglang.runtime.v1", "UpdateWeightsResponse", UpdateWeightsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class WatchEngineStateRequest(betterproto2.Message):
+    """
+    ---- Engine state ----
+    """
+
+    pass
+
+
+default_message_pool.register_message("sglang.runtime.v1", "WatchEngineStateRequest", WatchEngineStateRequest)
 
 
 class SglangServiceStub(betterproto2_grpclib.ServiceStub):
@@ -820,6 +1021,28 @@ class SglangServiceStub(betterproto2_grpclib.ServiceStub):
             deadline=deadline,
             metadata=metadata,
         )
+
+    async def watch_engine_state(
+        self,
+        message: "WatchEngineStateRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "AsyncIterator[EngineStateSnapshot]":
+
+        if message is None:
+            message = WatchEngineStateRequest()
+
+        async for response in self._unary_stream(
+            "/sglang.runtime.v1.SglangService/WatchEngineState",
+            message,
+            EngineStateSnapshot,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        ):
+            yield response
 
     async def get_model_info(
         self,
@@ -1154,6 +1377,9 @@ class SglangServiceStub(betterproto2_grpclib.ServiceStub):
         )
 
 
+from ....google import protobuf as ___google__protobuf__
+
+
 class SglangServiceBase(betterproto2_grpclib.ServiceBase):
     async def text_generate(self, message: "TextGenerateRequest") -> "AsyncIterator[TextGenerateResponse]":
         """
@@ -1191,6 +1417,13 @@ class SglangServiceBase(betterproto2_grpclib.ServiceBase):
     async def health_check(self, message: "HealthCheckRequest") -> "HealthCheckResponse":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def watch_engine_state(
+        self, message: "WatchEngineStateRequest"
+    ) -> "AsyncIterator[EngineStateSnapshot]":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+        yield EngineStateSnapshot()
 
     async def get_model_info(self, message: "GetModelInfoRequest") -> "GetModelInfoResponse":
 
@@ -1335,6 +1568,17 @@ class SglangServiceBase(betterproto2_grpclib.ServiceBase):
         assert request is not None
         response = await self.health_check(request)
         await stream.send_message(response)
+
+    async def __rpc_watch_engine_state(
+        self, stream: "grpclib.server.Stream[WatchEngineStateRequest, EngineStateSnapshot]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        await self._call_rpc_handler_server_stream(
+            self.watch_engine_state,
+            stream,
+            request,
+        )
 
     async def __rpc_get_model_info(
         self, stream: "grpclib.server.Stream[GetModelInfoRequest, GetModelInfoResponse]"
@@ -1517,6 +1761,12 @@ class SglangServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 HealthCheckRequest,
                 HealthCheckResponse,
+            ),
+            "/sglang.runtime.v1.SglangService/WatchEngineState": grpclib.const.Handler(
+                self.__rpc_watch_engine_state,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                WatchEngineStateRequest,
+                EngineStateSnapshot,
             ),
             "/sglang.runtime.v1.SglangService/GetModelInfo": grpclib.const.Handler(
                 self.__rpc_get_model_info,
