@@ -11,7 +11,7 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 #: Revision of docs/contract.md that this package implements and checks.
-CONTRACT_REVISION = 4
+CONTRACT_REVISION = 5
 
 
 def proto_dir() -> Path:

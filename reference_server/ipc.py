@@ -56,6 +56,18 @@ class DetokenizeConfig(msgspec.Struct, frozen=True):
     min_tokens: int  # a stop string only matches once the output has at least this many tokens
 
 
+ConstraintKind = Literal["json_schema", "json_object", "regex", "ebnf", "choice"]
+
+
+class Constraint(msgspec.Struct, frozen=True):
+    """What every output of a request must be (CONSTRAIN-1), as the client gave it; the frontend
+    checked that it compiles. Hashable: the compiled grammar cache is keyed by it."""
+
+    kind: ConstraintKind
+    definition: str = ""  # json_schema: the schema's JSON text; regex; ebnf; else empty
+    choices: tuple[str, ...] = ()  # choice: the strings, none empty
+
+
 FinishReasonName = Literal["stop", "length", "aborted"]
 
 
@@ -101,6 +113,7 @@ class SubmitRequest(msgspec.Struct, frozen=True, tag="submit"):
     detokenize: DetokenizeConfig
     token_credit: int = 0  # tokens its outputs may produce in all before a GrantTokens; 0: no limit
     trace_parent: str = ""  # W3C traceparent of the frontend's span of the call, when tracing (TRACE-1)
+    constraint: Constraint | None = None  # None: unconstrained
 
 
 class AbortRequests(msgspec.Struct, frozen=True, tag="abort"):
@@ -242,6 +255,7 @@ class EngineInfo(msgspec.Struct, frozen=True):
     embedding_model_id: str | None
     embedding_dimensions: int
     embedding_max_tokens: int
+    constrained_decoding: bool = False  # GenerateRequest.constraint is honoured (xgrammar is installed)
 
 
 class Ready(msgspec.Struct, frozen=True, tag="ready"):

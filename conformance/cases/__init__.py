@@ -17,6 +17,7 @@ from conformance.cases import stream  # noqa: F401
 from conformance.cases import sampling  # noqa: F401
 from conformance.cases import stops  # noqa: F401
 from conformance.cases import stop_tokens  # noqa: F401
+from conformance.cases import constraints  # noqa: F401
 from conformance.cases import usage  # noqa: F401
 from conformance.cases import abort  # noqa: F401
 from conformance.cases import cancel  # noqa: F401
@@ -27,6 +28,8 @@ from conformance.cases import stateful  # noqa: F401
 from conformance.cases import engines  # noqa: F401
 from conformance.cases import kv_events  # noqa: F401
 from conformance.cases import sglang_runtime  # noqa: F401
+from conformance.cases import sglang_runtime_embed  # noqa: F401
+from conformance.cases import sglang_runtime_admin  # noqa: F401
 from conformance.cases import lifecycle  # noqa: F401
 from conformance.cases import tracing  # noqa: F401
 from conformance.cases import openai  # noqa: F401

@@ -34,6 +34,7 @@ from lmrpc.v1 import (
     AbortStatus,
     ChatInput,
     ChatMessage,
+    Constraint,
     EmbedRequest,
     FlushCacheRequest,
     GenerateRequest,
@@ -86,6 +87,10 @@ UNSUPPORTED_OPTION: dict[str, tuple[str, Mutate]] = {
     "special_token_parsing": (
         "parse_special_tokens=true",
         lambda r: setattr(r, "parse_special_tokens", True),
+    ),
+    "constrained_decoding": (
+        "a regex constraint",
+        lambda r: setattr(r, "constraint", Constraint(regex="[a-z]+")),
     ),
 }
 

@@ -95,10 +95,14 @@ async def embed_invalid(ctx: Ctx) -> None:
 @case("ERR-3")
 async def status_names_field(ctx: Ctx) -> None:
     """The status message of an invalid request names the offending field (and value)."""
+    named = ctx.session.target.driver.names_constraint_fields
     entries = [
         e
         for e in applicable(ctx.info)
-        if e.field and e.codes == (Status.INVALID_ARGUMENT,) and applies_here(ctx, f"{e.clause}[{e.label}]")
+        if e.field
+        and e.codes == (Status.INVALID_ARGUMENT,)
+        and applies_here(ctx, f"{e.clause}[{e.label}]")
+        and (named or e.clause != "CONSTRAIN-2")
     ]
     records = await asyncio.gather(*(ctx.answer(e.build(ctx.info, ctx.uid())) for e in entries))
     aliases = ctx.session.target.driver.field_names

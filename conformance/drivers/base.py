@@ -67,15 +67,24 @@ class Driver(ABC):
     protocol: ClassVar[str]  # one of PROTOCOLS
     service: ClassVar[str]  # the fully qualified service the protocol's calls go to
     abort_outcomes: ClassVar[bool] = True  # Abort reports per-id outcomes (ABORTED / NOT_IN_FLIGHT)
+    carries_text: ClassVar[bool] = True  # outputs' text is on the wire (else only their token ids)
     announces_acceptance: ClassVar[bool] = False  # a first message (PromptInfo) before any token
     instance_field: ClassVar[str] = ""  # what names the running instance (SVC-4); "" where only uptime does
     field_names: ClassVar[Mapping[str, str]] = MappingProxyType(
         {}
     )  # lmrpc.v1 field -> the protocol's name for it (ERR-3)
+    # a refused constraint's status names its field (ERR-3): lmrpc.v1's promise; an engine protocol
+    # relays its grammar compiler's own words
+    names_constraint_fields: ClassVar[bool] = True
 
     def express(self, request: GenerateRequest) -> GenerateRequest:
         """The request as this protocol carries it (the record keeps this one)."""
         return request
+
+    def decode(self, token_ids: list[int]) -> str | None:
+        """Token ids as text, special tokens skipped, where the driver holds the server's tokenizer
+        (None: ask the server's Detokenize, or the protocol carries text itself)."""
+        return None
 
     @abstractmethod
     def events(

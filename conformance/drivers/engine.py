@@ -16,6 +16,7 @@ comes from ``--assume`` (``Promises``).
 from __future__ import annotations
 
 import asyncio
+import re
 from abc import abstractmethod
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from lmrpc.v1 import (
     AbortRequest,
     AbortResponse,
     Capabilities,
+    Choices,
     ControlServiceStub,
     EffectiveDefaults,
     FlushCacheRequest,
@@ -126,6 +128,8 @@ class EngineDriver(Driver):
     seeds: ClassVar[bool]  # the protocol has a seed field
     response_type: ClassVar[type[betterproto2.Message]]
     probed_before: ClassVar[tuple[str, ...]] = ()  # services whose HealthCheck smg tries first
+    carries_text = False  # the gateway detokenizes
+    names_constraint_fields = False
 
     def __init__(self, promises: Promises = Promises()) -> None:
         if promises.seeded_sampling and not self.seeds:
@@ -172,6 +176,11 @@ class EngineDriver(Driver):
         if self._tokenizer is None:
             raise RuntimeError("the driver has not loaded the GetTokenizer bundle (discover first)")
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, token_ids: list[int]) -> str | None:
+        if self._tokenizer is None:
+            raise RuntimeError("the driver has not loaded the GetTokenizer bundle (discover first)")
+        return str(self._tokenizer.decode(token_ids, skip_special_tokens=True))
 
     def express(self, request: GenerateRequest) -> GenerateRequest:
         out = GenerateRequest.parse(bytes(request))
@@ -328,6 +337,7 @@ class EngineDriver(Driver):
             prefix_cache=self.promises.prefix_cache,
             final_only=True,
             max_stop_strings=MAX_STOP_STRINGS,
+            constrained_decoding=True,
         )
 
     # ── health (SMG-4) ───────────────────────────────────────
@@ -389,3 +399,22 @@ class EngineControl(ControlServiceStub):
     pause_generation = unsupported("PauseGeneration")
 
     resume_generation = unsupported("ResumeGeneration")
+
+
+def constraint_of(request: GenerateRequest) -> tuple[str, Any] | None:
+    """The request's constraint as (kind, value), or None; ``choice`` gives the list of strings."""
+    if request.constraint is None:
+        return None
+    kind, value = betterproto2.which_one_of(request.constraint, "kind")
+    if isinstance(value, Choices):
+        return kind, list(value.choices)
+    return (kind, value) if kind else None
+
+
+JSON_OBJECT_SCHEMA = '{"type": "object"}'  # any JSON object, for protocols without a json_object kind
+_REGEX_SPECIAL = re.compile(r"[\\.^$|?*+()\[\]{}]")
+
+
+def choice_regex(choices: list[str]) -> str:
+    """A regular expression that matches exactly one of ``choices`` (for protocols without a choice kind)."""
+    return "(" + "|".join(_REGEX_SPECIAL.sub(r"\\\g<0>", c) for c in choices) + ")"

@@ -21,12 +21,22 @@ The breaks of those rules that leave no trace in the normalised events are findi
 clauses (contract §15); the rest is judged by the lmrpc.v1 clauses through this protocol's
 profile. There is no seed, no chat input (chat is the OpenAI pass-through, ``ChatComplete``) and
 no advertised capability: what the server promises beyond the protocol comes from ``--assume``.
+
+lmrpc.v1's ``Embed`` is ``OpenAIEmbed`` (a batch of texts, as ``/v1/embeddings`` takes it): its
+``data`` in the order listed, its ``usage.prompt_tokens``; an in-band ``status_code`` other than
+200 is read as the gRPC status of that HTTP status (400 INVALID_ARGUMENT, ...). The server embeds
+exactly when OpenAIEmbed answers a text (discovery asks once: SGLang serves one model, and an
+embedding request to a generation model is a 400).
+``TextEmbed``, ``Embed``, ``Score``, ``Rerank`` and the administration RPCs are read natively by
+the sglang-runtime cases (``cases/sglang_runtime_*.py``), which call them through ``stub`` and
+``openai_json``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+import math
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -39,10 +49,12 @@ from conformance.drivers.adapter import DriverInference, adapts, unsupported_err
 from conformance.drivers.base import Discovered, Driver, json_object
 from conformance.drivers.engine import (
     DEADLINE_STATUSES,
+    JSON_OBJECT_SCHEMA,
     MAX_OUTPUTS,
     MAX_STOP_STRINGS,
     MAX_TOP_LOGPROBS,
     Promises,
+    constraint_of,
 )
 from conformance.drivers.normalize import Normalizer
 from conformance.stream.record import Finding
@@ -58,6 +70,10 @@ from lmrpc.v1 import (
     DetokenizeRequest,
     DetokenizeResponse,
     EffectiveDefaults,
+    Embedding,
+    EmbeddingModelInfo,
+    EmbedRequest,
+    EmbedResponse,
     FlushCacheRequest,
     FlushCacheResponse,
     GenerateRequest,
@@ -83,6 +99,7 @@ from lmrpc.v1 import (
     TokenIds,
     TokenizeRequest,
     TokenizeResponse,
+    Usage,
 )
 
 if TYPE_CHECKING:
@@ -105,6 +122,22 @@ SGLANG_DEFAULTS = EffectiveDefaults(
 )
 META_NUMBERS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 REASONS = ("stop", "length", "abort")
+HTTP_OK = 200
+# The gRPC status of an HTTP status an OpenAI JSON RPC answers in band (the reverse of gRPC's
+# HTTP mapping); anything else unsuccessful is INTERNAL.
+STATUS_OF_HTTP = {
+    400: Status.INVALID_ARGUMENT,
+    401: Status.UNAUTHENTICATED,
+    403: Status.PERMISSION_DENIED,
+    404: Status.NOT_FOUND,
+    409: Status.ALREADY_EXISTS,
+    429: Status.RESOURCE_EXHAUSTED,
+    499: Status.CANCELLED,
+    501: Status.UNIMPLEMENTED,
+    503: Status.UNAVAILABLE,
+    504: Status.DEADLINE_EXCEEDED,
+}
+PROBE_TEXT = "Hello"  # what discovery embeds to learn whether, and in how many dimensions, the server does
 
 
 def _integer(value: object) -> int | None:
@@ -114,6 +147,37 @@ def _integer(value: object) -> int | None:
     if isinstance(value, str) and value.isdigit():
         return int(value)
     return None
+
+
+def error_message(body: object) -> str:
+    """The message of an OpenAI error object (``{"error": {"message": ...}}``), else the body."""
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message", ""))
+    return str(body)[:200]
+
+
+@dataclass(frozen=True, slots=True)
+class JsonAnswer:
+    """What an OpenAI JSON RPC (OpenAIEmbed, Score, Rerank) answered: its in-band HTTP status and its
+    body, parsed (the raw text where it is not JSON)."""
+
+    status_code: int
+    body: Any
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code == HTTP_OK
+
+    def refusal(self, rpc: str) -> GRPCError:
+        status = STATUS_OF_HTTP.get(self.status_code, Status.INTERNAL)
+        return GRPCError(status, f"{rpc} answered status_code {self.status_code}: {error_message(self.body)}")
+
+
+def _float(value: object) -> float:
+    """A vector's value as sent; NaN for one that is no number (never a norm of 1)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
 
 
 def _seconds(value: object) -> float:
@@ -312,10 +376,26 @@ class RuntimeReader:
                       f"finish_reason {reason.get('type')!r}, finished = false")  # fmt: skip
 
 
+def guided_decoding(request: GenerateRequest) -> rt.GuidedDecoding | None:
+    """lmrpc's constraint as SGLang's ``guided_decoding`` (a JSON object is the schema of any object)."""
+    if request.constraint is None:
+        return None
+    constraint = constraint_of(request)
+    if constraint is None:  # no kind set: SGLang's own refusal of an empty guided_decoding
+        return rt.GuidedDecoding()
+    kind, value = constraint
+    if kind == "choice":
+        return rt.GuidedDecoding(choice=rt.ChoiceConstraint(values=value))
+    if kind == "json_object":
+        return rt.GuidedDecoding(json_schema=JSON_OBJECT_SCHEMA)
+    return rt.GuidedDecoding(**{kind: value})
+
+
 class SglangRuntimeDriver(Driver):
     protocol = "sglang-runtime"
     service = SERVICE
     abort_outcomes = False  # success says nothing per id
+    carries_text = False  # Generate returns ids (TextGenerate's text is read by SGLang's own cases)
     field_names = MappingProxyType(
         {
             "max_tokens": "max_new_tokens",
@@ -335,6 +415,7 @@ class SglangRuntimeDriver(Driver):
             raise ValueError("--assume seeded_sampling: sglang-runtime has no seed field")
         self.promises = promises
         self.model = ModelInfo()
+        self.embedding: EmbeddingModelInfo | None = None
         self.incremental = False
 
     def stub(self, channel: Channel) -> rt.SglangServiceStub:
@@ -389,6 +470,7 @@ class SglangRuntimeDriver(Driver):
             stop_token_ids=list(st.stop_token_ids),
             ignore_eos=st.ignore_eos or None,
             n=s.n,
+            guided_decoding=guided_decoding(request),
         )
         return rt.GenerateRequest(
             input_ids=ids,
@@ -451,8 +533,53 @@ class SglangRuntimeDriver(Driver):
         server_json = await self.server_json(stub, timeout_s)
         self.incremental = bool(server_json.get("incremental_streaming_output", False))
         self.model = await self.model_info(stub, timeout_s, server_json)
+        self.embedding = await self.embedding_model(stub, timeout_s)
         load = await self.load(stub, timeout_s)
-        return Discovered(self.server_info(server_json), self.model, None, load.kv_tokens_total)
+        return Discovered(self.server_info(server_json), self.model, self.embedding, load.kv_tokens_total)
+
+    async def openai_json(
+        self,
+        rpc: Callable[..., Awaitable[rt.OpenAiResponse]],
+        body: object,
+        timeout: float | None,
+        metadata: MetadataLike | None = None,
+    ) -> JsonAnswer:
+        """One OpenAI JSON RPC (``stub.open_ai_embed``, ``stub.score``, ``stub.rerank``) with ``body``."""
+        reply = await rpc(
+            rt.OpenAiRequest(json_body=json.dumps(body).encode()), timeout=timeout, metadata=metadata
+        )
+        text = reply.json_body.decode("utf-8", errors="replace")
+        try:
+            parsed: Any = json.loads(text)
+        except ValueError:
+            parsed = text
+        return JsonAnswer(reply.status_code, parsed)
+
+    async def embedding_model(
+        self, stub: rt.SglangServiceStub, timeout: float | None
+    ) -> EmbeddingModelInfo | None:
+        """The embedding model, if OpenAIEmbed embeds a text: its name (the answer's ``model``), its
+        dimensions (the vector's length) and the longest input (its ListModels card's
+        ``max_model_len``, 0 when none is listed). None where OpenAIEmbed refuses or fails."""
+        try:
+            answer = await self.openai_json(stub.open_ai_embed, {"input": [PROBE_TEXT]}, timeout)
+        except GRPCError:
+            return None
+        data = answer.body.get("data") if answer.ok and isinstance(answer.body, dict) else None
+        vector = (
+            data[0].get("embedding")
+            if isinstance(data, list) and data and isinstance(data[0], dict)
+            else None
+        )
+        if not isinstance(vector, list) or not vector:
+            return None
+        name = str(answer.body.get("model") or "")
+        try:
+            cards = (await stub.list_models(rt.ListModelsRequest(), timeout=timeout)).models
+        except GRPCError:
+            cards = []
+        longest = next((card.max_model_len or 0 for card in cards if card.id == name), 0)
+        return EmbeddingModelInfo(model_id=name, dimensions=len(vector), max_input_tokens=longest)
 
     async def server_json(self, stub: rt.SglangServiceStub, timeout: float | None) -> dict[str, Any]:
         reply = await stub.get_server_info(rt.GetServerInfoRequest(), timeout=timeout)
@@ -523,16 +650,53 @@ class SglangRuntimeDriver(Driver):
             max_top_logprobs=MAX_TOP_LOGPROBS,
             prefix_cache=self.promises.prefix_cache,
             tokenize=True,
+            embed=self.embedding is not None,  # OpenAIEmbed, as lmrpc.v1's Embed
             admin=True,
             final_only=True,
             max_stop_strings=MAX_STOP_STRINGS,
+            constrained_decoding=True,
         )
 
     def control(self, channel: Channel) -> ControlServiceStub:
         return RuntimeControl(channel, self)
 
     def inference(self, channel: Channel) -> InferenceServiceStub:
-        return DriverInference(channel, self)
+        return RuntimeInference(channel, self)
+
+
+class RuntimeInference(DriverInference):
+    """lmrpc.v1's InferenceService: Generate through the driver, Embed through OpenAIEmbed."""
+
+    def __init__(self, channel: Channel, driver: SglangRuntimeDriver) -> None:
+        super().__init__(channel, driver)
+        self.runtime = driver
+        self.native = driver.stub(channel)
+
+    @adapts
+    async def embed(self, message: EmbedRequest | None, timeout: float | None) -> EmbedResponse:
+        """The texts as one OpenAIEmbed batch; the embeddings in the order ``data`` lists them. The
+        protocol carries no request id: the response's is empty."""
+        texts = list(message.texts) if message is not None else []
+        # no "model": the one model SGLang serves answers (what a name must be differs by release)
+        answer = await self.runtime.openai_json(self.native.open_ai_embed, {"input": texts}, timeout)
+        if not answer.ok:
+            raise answer.refusal("OpenAIEmbed")
+        answered = answer.body if isinstance(answer.body, dict) else {}
+        data = answered.get("data")
+        usage = answered.get("usage")
+        if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+            raise GRPCError(
+                Status.UNKNOWN, f"OpenAIEmbed answered no list of embeddings: {str(answer.body)[:200]}"
+            )
+        vectors = [d.get("embedding") for d in data]
+        prompt_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        return EmbedResponse(
+            request_id="",
+            embeddings=[
+                Embedding(values=[_float(x) for x in v] if isinstance(v, list) else []) for v in vectors
+            ],
+            usage=Usage(prompt_tokens=_integer(prompt_tokens) or 0),
+        )
 
 
 class RuntimeControl(ControlServiceStub):

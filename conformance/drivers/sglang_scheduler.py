@@ -18,7 +18,7 @@ from typing import Any
 import betterproto2
 from grpclib.client import Channel
 
-from conformance.drivers.engine import EngineDriver
+from conformance.drivers.engine import JSON_OBJECT_SCHEMA, EngineDriver, choice_regex, constraint_of
 from lmrpc._gen.sglang.grpc import scheduler as sglang
 from lmrpc.v1 import (
     AbortOutcome,
@@ -91,6 +91,14 @@ class SglangSchedulerDriver(EngineDriver):
             no_stop_trim=st.include_stop_in_output,
             n=s.n or 1,
         )
+        if (constraint := constraint_of(request)) is not None:
+            kind, value = constraint  # no json_object or choice kind: the same languages as a schema, a regex
+            if kind == "json_object":
+                params.json_schema = JSON_OBJECT_SCHEMA
+            elif kind == "choice":
+                params.regex = choice_regex(value)
+            else:
+                setattr(params, {"ebnf": "ebnf_grammar"}.get(kind, kind), value)
         tokenized = None
         if request.token_ids is not None:
             tokenized = sglang.TokenizedInput(original_text="", input_ids=list(request.token_ids.ids))

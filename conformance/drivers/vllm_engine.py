@@ -17,7 +17,7 @@ from typing import Any
 import betterproto2
 from grpclib.client import Channel
 
-from conformance.drivers.engine import EngineDriver
+from conformance.drivers.engine import EngineDriver, constraint_of
 from lmrpc._gen.vllm.grpc import engine as vllm
 from lmrpc.v1 import (
     AbortOutcome,
@@ -87,6 +87,14 @@ class VllmEngineDriver(EngineDriver):
             seed=s.seed,
             include_stop_str_in_output=st.include_stop_in_output,
         )
+        if (constraint := constraint_of(request)) is not None:
+            kind, value = constraint
+            if kind == "json_object":
+                params.json_object = True
+            elif kind == "choice":
+                params.choice = vllm.ChoiceConstraint(choices=value)
+            else:
+                setattr(params, {"ebnf": "grammar"}.get(kind, kind), value)
         tokenized = None
         if request.token_ids is not None:
             tokenized = vllm.TokenizedInput(original_text="", input_ids=list(request.token_ids.ids))

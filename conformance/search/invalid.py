@@ -15,6 +15,8 @@ from grpclib.const import Status
 from conformance.vocabulary import TargetInfo
 from lmrpc.v1 import (
     ChatInput,
+    Choices,
+    Constraint,
     GenerateRequest,
     ResponseOptions,
     SamplingParams,
@@ -64,6 +66,15 @@ def _stopping(**kw: object) -> Build:
 
 def _response(**kw: object) -> Build:
     return lambda info, rid: _text(rid, response=ResponseOptions(**kw))  # type: ignore[arg-type]
+
+
+def _constrained(constraint: Constraint) -> Build:
+    def build(info: TargetInfo, rid: str) -> GenerateRequest:
+        request = _text(rid)
+        request.constraint = constraint
+        return request
+
+    return build
 
 
 def _max_plus_one(name: str) -> Callable[[TargetInfo], int]:
@@ -206,6 +217,26 @@ INVALID: tuple[Invalid, ...] = (
             request_id=rid, chat=ChatInput(messages=[]), stopping=StoppingCriteria(max_tokens=4)
         ),
         requires=("chat_input",),
+    ),
+    *(
+        Invalid(
+            f"constraint.{label}",
+            "CONSTRAIN-2",
+            field,
+            _constrained(constraint),
+            requires=("constrained_decoding",),
+            value=value,
+            sends=sends,
+        )
+        for label, field, constraint, value, sends in (
+            ("none-set", "constraint", Constraint(), "", ("generate.constraint.none-set",)),
+            ("json_schema=not-json", "json_schema", Constraint(json_schema="{not json"), "", ()),
+            ("regex=unbalanced", "regex", Constraint(regex="(ab"), "", ()),
+            ("ebnf=no-root", "ebnf", Constraint(ebnf='start ::= "a"'), "root", ()),
+            ("ebnf=unterminated", "ebnf", Constraint(ebnf='root ::= "a'), "", ()),
+            ("choice=none", "choice", Constraint(choice=Choices([])), "", ()),
+            ("choice=empty-string", "choice", Constraint(choice=Choices(["a", ""])), "", ()),
+        )
     ),
     Invalid("id-space", "REQ-4", "request_id", lambda info, rid: _text(rid + " x")),
     Invalid("id-non-ascii", "REQ-4", "request_id", lambda info, rid: _text(rid + "-é")),

@@ -61,6 +61,16 @@ def _chat(request: GenerateRequest) -> ChatInput:
     return request.chat or ChatInput()
 
 
+def _constraint_kind(kind: str) -> Sent:
+    def test(request: GenerateRequest) -> bool:
+        return (
+            request.constraint is not None
+            and betterproto2.which_one_of(request.constraint, "kind")[0] == kind
+        )
+
+    return _gen(test)
+
+
 def _of(kind: type[betterproto2.Message], test: Callable[[betterproto2.Message], bool]) -> Sent:
     return lambda method, request: isinstance(request, kind) and test(request)
 
@@ -137,6 +147,12 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
         "include_stop_in_output with no stop conditions (EOS)",
         _gen(lambda r: _st(r).include_stop_in_output and not (_st(r).stop_token_ids or _st(r).stop_strings)),
     ),
+    # Generate: constraint (CONSTRAIN-*)
+    *(
+        InputClass(f"generate.constraint.{kind}", f"a {kind} constraint", _constraint_kind(kind))
+        for kind in ("json_schema", "json_object", "regex", "ebnf", "choice")
+    ),
+    InputClass("generate.constraint.none-set", "a constraint with no member set", _constraint_kind("")),
     # Generate: response
     InputClass("generate.return_text=false", "", _gen(lambda r: _r(r).return_text is False)),
     InputClass("generate.return_token_ids=false", "", _gen(lambda r: _r(r).return_token_ids is False)),
@@ -167,6 +183,11 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
             AbortRequest,
             lambda r: r.request_ids is not None and len(set(r.request_ids.ids)) < len(r.request_ids.ids),  # type: ignore[attr-defined]
         ),
+    ),
+    InputClass(
+        "abort.ids>1",
+        "",
+        _of(AbortRequest, lambda r: r.request_ids is not None and len(set(r.request_ids.ids)) > 1),  # type: ignore[attr-defined]
     ),
     InputClass("abort.all", "", _of(AbortRequest, lambda r: r.all is not None)),  # type: ignore[attr-defined]
     InputClass(
@@ -212,6 +233,10 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("scenario.abort-all-while-waiting", "Abort(all) while requests wait (paused, no tokens)"),
     InputClass("scenario.abort-twice-at-once", "two Aborts of one request, concurrently"),
     InputClass("scenario.abort-before-arrival", "an Abort for an id whose Generate comes later"),
+    InputClass(
+        "scenario.abort-prefix-id",
+        "an Abort of an id that is a proper prefix of a request in flight, or that it is a prefix of",
+    ),
     InputClass("scenario.abort-then-reuse", "an Abort of a finished id, then a Generate reusing it"),
     InputClass("scenario.health-while-paused", "Health/Check while generation is paused"),
     InputClass("scenario.health-while-streaming", "Health/Check while requests stream"),
@@ -388,6 +413,15 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "AUTH-3.4": ("AUTH-3",),
     "AUTH-3.5": ("AUTH-3",),
     "CAP-1.1": ("CAP-1[*]",),
+    "CONSTRAIN-1.1": ("CONSTRAIN-1[*]", "CONSTRAIN-3[n=4]"),
+    "CONSTRAIN-1.2": ("CONSTRAIN-1[*]", "CONSTRAIN-3[ignore_eos]"),
+    "CONSTRAIN-1.3": ("CONSTRAIN-1[*]", "CONSTRAIN-3[stop-string]"),
+    "CONSTRAIN-1.4": ("CONSTRAIN-3[stop-string]", "CONSTRAIN-1[*]"),
+    "CONSTRAIN-1.5": ("CONSTRAIN-1[*]",),
+    "CONSTRAIN-2.1": ("CONSTRAIN-2[*]", "ERR-3"),
+    "CONSTRAIN-2.2": ("CAP-1[constrained_decoding]",),
+    "CONSTRAIN-3.1": ("CONSTRAIN-3[n=4]", "CONSTRAIN-3[greedy]", "CONSTRAIN-3[seeded]"),
+    "CONSTRAIN-3.2": ("CONSTRAIN-3[ignore_eos]",),
     "CAP-1.2": ("SAMPLE-5[n=max+1]", "SAMPLE-5[top_logprobs=max+1]", "SAMPLE-5[stop_strings=max+1]"),
     "CAP-2.1": ("CAP-2[*]",),
     "CAP-3.1": ("CAP-3",),
@@ -452,6 +486,10 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
 # MUST sentences one case observes on purpose: why a second case would only repeat the first. Every
 # other sentence seen by one case still needs a second one that sees its fault another way.
 SEEN_ONCE_BECAUSE: dict[str, str] = {
+    "CONSTRAIN-2.2": "one refusal for one capability flag; CAP-1[constrained_decoding] sends a constraint "
+    "to a server without it, and a second case would send the same request",
+    "CONSTRAIN-3.2": "the one case where a constraint meets ignore_eos and min_tokens; "
+    "CONSTRAIN-3[ignore_eos] sends a choice that completes before min_tokens with ignore_eos",
     "SVC-1.1": "which services a server serves is one fact; SVC-1 calls every mandatory RPC of both, "
     "and a second case would call the same RPCs again",
     "SVC-3.1": "one deterministic answer, ServerInfo.contract_revision; a second case would read the "

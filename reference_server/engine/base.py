@@ -2,21 +2,39 @@
 
 The scheduler process owns exactly one Engine and drives it from a single thread:
 
-    engine.add_request(submit)          # admitted later, when capacity allows
+    engine.add_request(submit, grammar) # admitted later, when capacity allows
     while engine.has_work():
         outputs = engine.step()         # one forward pass: new tokens for running outputs
     engine.abort_request(rid)           # any time between steps
 
 An engine never blocks on I/O, never raises for a request it was given (the frontend validated
 it against EngineInfo), and after ``abort_request``/its last finish holds no state for the rid.
+A constrained request comes with its grammar, compiled off the engine's thread (the scheduler's
+``GrammarQueue``).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import importlib.util
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Protocol
 
 from reference_server.ipc import EngineInfo, EngineLoad, KvCacheEvent, SequenceOutput, SubmitRequest
 from reference_server.models.source import ModelSource
+
+if TYPE_CHECKING:
+    from reference_server.engine.constraints import Grammar
+
+
+# xgrammar and what it imports: it is installed with --no-deps (scripts/setup.sh)
+GRAMMAR_MODULES = ("xgrammar", "tvm_ffi", "pydantic", "transformers")
+
+
+def constrained_decoding_available(eos_token_ids: Collection[int]) -> bool:
+    """Whether an engine can honour constraints (EngineInfo.constrained_decoding): xgrammar can be
+    imported (it is, only at the first constraint), and the model has an EOS token for a complete
+    output to end with (CONSTRAIN-1)."""
+    return bool(eos_token_ids) and all(importlib.util.find_spec(name) for name in GRAMMAR_MODULES)
 
 
 class Engine(Protocol):
@@ -24,9 +42,10 @@ class Engine(Protocol):
         """Static facts the frontend validates requests against. Cheap; called once at start."""
         ...
 
-    def add_request(self, request: SubmitRequest) -> None:
+    def add_request(self, request: SubmitRequest, grammar: Grammar | None = None) -> None:
         """Queue a request group. Its ``num_outputs`` outputs are admitted all-or-nothing;
-        a group waits (never fails) while there is not enough free KV space."""
+        a group waits (never fails) while there is not enough free KV space. ``grammar``: the
+        compiled ``request.constraint``, which every output's tokens then follow (CONSTRAIN-1)."""
         ...
 
     def abort_request(self, rid: str) -> list[SequenceOutput]:

@@ -6,7 +6,11 @@ Each output draws tokens from a made-up distribution over the real tokenizer's v
   prompt (a prompt with an EOS token in it stops there; a CJK or emoji prompt comes back split
   across byte-level tokens, exactly as a model would produce it);
 - a few other candidates, chosen by hashing (prompt, k), and the EOS token get lower logits;
-- every other token gets a tiny, equal logit, so logprobs and ranks are always defined.
+- every other token gets a tiny, equal logit, so logprobs and ranks are always defined;
+- a constrained output samples only what its grammar allows (``engine/constraints.py``, as the
+  model engine does): the candidates above that it allows, and a few more tokens it allows, chosen
+  by hashing, with logits below EOS, so an output whose echo leaves its grammar still goes on, and
+  ends as soon as its grammar is complete and no echoed or hashed candidate continues it.
 
 Sampling applies the real rules (penalties, temperature, top-k, top-p, min-p) with a per-output
 ``random.Random(derive_seed(seed, i))``, so seeded outputs are reproducible whatever else runs.
@@ -24,7 +28,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+import torch
+
+from reference_server.engine.base import constrained_decoding_available
 from reference_server.engine.fake_blocks import FakeBlockCache
 from reference_server.engine.fake_sampling import Candidate, apply_penalties, sample_candidates
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
@@ -41,9 +49,13 @@ from reference_server.ipc import (
 )
 from reference_server.models.source import ModelSource
 
+if TYPE_CHECKING:
+    from reference_server.engine.constraints import Grammar, OutputGrammar
+
 ECHO_LOGIT = 4.0
 OTHER_LOGIT_STEP = 0.5
 EOS_LOGIT = 1.0
+ALLOWED_LOGIT = EOS_LOGIT - OTHER_LOGIT_STEP  # the first of the tokens a grammar adds
 BACKGROUND_LOGIT = -10.0
 NUM_OTHER_CANDIDATES = 7
 EMBEDDING_DIMENSIONS = 384
@@ -78,6 +90,7 @@ class _Output:
     rng: random.Random
     token_ids: list[int] = field(default_factory=list)
     finished: bool = False
+    grammar: OutputGrammar | None = None
 
 
 @dataclass
@@ -119,6 +132,8 @@ class FakeEngine:
             b = config.kv_event_block_size
             self._blocks = FakeBlockCache(config.kv_tokens // b, b)
         self._token_vectors: dict[int, list[float]] = {}
+        self._sampleable = torch.zeros(config.vocab_size, dtype=torch.bool)
+        self._sampleable[list(config.sampleable_token_ids)] = True
 
     # ── Engine protocol ─────────────────────────────────────────────────────────────────────
 
@@ -138,13 +153,18 @@ class FakeEngine:
             embedding_model_id="fake-embedding" if self._tokenize else None,
             embedding_dimensions=EMBEDDING_DIMENSIONS if self._tokenize else 0,
             embedding_max_tokens=EMBEDDING_MAX_TOKENS if self._tokenize else 0,
+            constrained_decoding=constrained_decoding_available(c.eos_token_ids),
         )
 
-    def add_request(self, request: SubmitRequest) -> None:
+    def add_request(self, request: SubmitRequest, grammar: Grammar | None = None) -> None:
         outputs = [
             _Output(i, random.Random(derive_seed(request.sampling.seed, i)))
             for i in range(request.num_outputs)
         ]
+        if grammar is not None:
+            first = outputs[0].grammar = grammar.matcher()
+            for out in outputs[1:]:
+                out.grammar = first.fork()
         self._waiting[request.rid] = _Group(
             request, _hash_ids(request.prompt_ids), outputs, token_credit=request.token_credit
         )
@@ -289,11 +309,20 @@ class FakeEngine:
     def _decode_one(self, group: _Group, out: _Output) -> SequenceOutput:
         request = group.request
         candidates = self._candidates(group, out)
+        permitted = candidates
+        if out.grammar is not None:
+            grammar_allows = out.grammar.allowed_tokens()
+            candidates += self._grammar_candidates(group, out, grammar_allows, candidates)
+            permitted = [c for c in candidates if grammar_allows[c.token_id]]
         suppressed = suppressed_ids(request.stopping, self.config.eos_token_ids, len(out.token_ids))
-        allowed = [c for c in candidates if c.token_id not in suppressed]
+        allowed = [c for c in permitted if c.token_id not in suppressed]
+        if not allowed and out.grammar is not None:
+            allowed = permitted  # the grammar can only end here: it wins over min_tokens (CONSTRAIN-1)
         processed = apply_penalties(allowed, request.prompt_ids, out.token_ids, request.sampling)
         token_id = sample_candidates(processed, request.sampling, out.rng)
         out.token_ids.append(token_id)
+        if out.grammar is not None:
+            out.grammar.accept(token_id)
         logprobs = None
         if request.top_logprobs is not None:
             logprobs = [self._logprob(candidates, token_id, request.top_logprobs)]
@@ -323,6 +352,21 @@ class FakeEngine:
                 result.append(Candidate(eos, EOS_LOGIT))
         return result
 
+    def _grammar_candidates(
+        self, group: _Group, out: _Output, grammar_allows: torch.Tensor, present: list[Candidate]
+    ) -> list[Candidate]:
+        """Tokens the grammar allows, chosen by hashing (whole characters where it allows any)."""
+        usable = grammar_allows & self._sampleable
+        pool = (usable if bool(usable.any()) else grammar_allows).nonzero().flatten().tolist()
+        seen = {c.token_id for c in present}
+        result = []
+        for j in range(NUM_OTHER_CANDIDATES):
+            token_id = pool[_mix(group.prompt_hash, len(out.token_ids), NUM_OTHER_CANDIDATES + j) % len(pool)]
+            if token_id not in seen:
+                seen.add(token_id)
+                result.append(Candidate(token_id, ALLOWED_LOGIT - OTHER_LOGIT_STEP * j))
+        return result
+
     def _logprob(self, candidates: list[Candidate], token_id: int, top_n: int) -> TokenLogprob:
         background = self.config.vocab_size - len(candidates)
         log_z = _logsumexp([c.logit for c in candidates] + [BACKGROUND_LOGIT + math.log(max(background, 1))])
@@ -343,6 +387,7 @@ class FakeEngine:
             num_output_tokens=len(out.token_ids),
             num_tokens=len(request.prompt_ids) + len(out.token_ids),
             max_context_tokens=self.config.max_context_tokens,
+            constraint_complete=out.grammar is not None and out.grammar.terminated,
         )
         out.finished = finish is not None
         return finish

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 
 from reference_server.engine.attention import create_attention_backend, resolve_backend
 from reference_server.engine.attention.flashinfer import FlashInferBackend
+from reference_server.engine.base import constrained_decoding_available
 from reference_server.engine.batcher import Batcher, BatcherConfig, ScheduledChunk
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.cuda_graphs import DecodeGraphs
@@ -42,6 +44,9 @@ from reference_server.models.loader import (
 from reference_server.models.packed_linear import prepack_supported
 from reference_server.models.source import ModelSource
 from reference_server.models.tokenizer import load_tokenizer
+
+if TYPE_CHECKING:
+    from reference_server.engine.constraints import Grammar
 
 log = logging.getLogger("lmrpc.engine")
 
@@ -127,10 +132,11 @@ class ModelEngine:
             embedding_model_id=e.model_id if e else None,
             embedding_dimensions=e.dimensions if e else 0,
             embedding_max_tokens=e.max_tokens if e else 0,
+            constrained_decoding=constrained_decoding_available(self.eos_token_ids),
         )
 
-    def add_request(self, request: SubmitRequest) -> None:
-        group = RequestGroup.create(request)
+    def add_request(self, request: SubmitRequest, grammar: Grammar | None = None) -> None:
+        group = RequestGroup.create(request, grammar)
         for seq in group.outputs:
             seq.generator = torch.Generator().manual_seed(
                 derive_seed(request.sampling.seed, seq.output_index)
@@ -325,12 +331,15 @@ class ModelEngine:
             output_ids=seq.output_ids,
             masked_ids=masked,
             top_logprobs=request.top_logprobs,
+            allowed_tokens=None if seq.grammar is None else seq.grammar.allowed_tokens(),
         )
 
     def _append(
         self, group: RequestGroup, seq: Sequence, token_id: int, logprob: TokenLogprob | None
     ) -> SequenceOutput:
         seq.token_ids.append(token_id)
+        if seq.grammar is not None:
+            seq.grammar.accept(token_id)
         finish = self._finish(group.request, seq, token_id)
         if finish is not None:
             self.kv.release(seq)
@@ -350,6 +359,7 @@ class ModelEngine:
             num_output_tokens=seq.num_output_tokens,
             num_tokens=seq.num_tokens,
             max_context_tokens=self.max_context_tokens,
+            constraint_complete=seq.grammar is not None and seq.grammar.terminated,
         )
 
     def _retire_if_done(self, group: RequestGroup) -> None:

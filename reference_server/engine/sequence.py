@@ -10,6 +10,7 @@ import torch
 from reference_server.ipc import SubmitRequest
 
 if TYPE_CHECKING:
+    from reference_server.engine.constraints import Grammar, OutputGrammar
     from reference_server.engine.radix_cache import RadixNode
 
 
@@ -28,6 +29,7 @@ class Sequence:
     generator: torch.Generator | None = None  # seeded with derive_seed(seed, output_index)
     finished: bool = False
     cache_version: int = 0  # the weights it was admitted under (KVManager.retire_cache)
+    grammar: OutputGrammar | None = None  # a constrained output's place in its grammar
 
     @property
     def num_tokens(self) -> int:
@@ -63,11 +65,15 @@ class RequestGroup:
     forked: bool = False  # the prompt is prefilled and every output has its first token
 
     @classmethod
-    def create(cls, request: SubmitRequest) -> RequestGroup:
+    def create(cls, request: SubmitRequest, grammar: Grammar | None = None) -> RequestGroup:
         outputs = [
             Sequence(request.rid, i, list(request.prompt_ids), len(request.prompt_ids))
             for i in range(request.num_outputs)
         ]
+        if grammar is not None:
+            first = outputs[0].grammar = grammar.matcher()
+            for seq in outputs[1:]:
+                seq.grammar = first.fork()
         return cls(request, outputs, token_credit=request.token_credit)
 
     @property

@@ -14,6 +14,7 @@ from grpclib.health.check import ServiceStatus
 from lmrpc import CONTRACT_REVISION
 from lmrpc.v1 import Capabilities, EffectiveDefaults, EmbeddingModelInfo, ModelInfo, ServerInfo, ServerLimits
 from reference_server.config import ServerConfig
+from reference_server.frontend.constraints import ConstraintChecker
 from reference_server.frontend.engine_link import EngineLink
 from reference_server.frontend.requests import RequestTable
 from reference_server.ipc import EngineInfo
@@ -44,6 +45,10 @@ class EngineFacts:
     instance_id: str = field(
         default_factory=lambda: uuid.uuid4().hex
     )  # new with every set of workers (SVC-4)
+    constraints: ConstraintChecker = field(init=False)  # compiles constraints to check them (CONSTRAIN-2)
+
+    def __post_init__(self) -> None:
+        self.constraints = ConstraintChecker(self.tokenizer, self.info.vocab_size)
 
 
 @dataclass
@@ -139,6 +144,7 @@ def capabilities_for(info: EngineInfo, tokenizer: TokenizerBundle, config: Serve
         score=info.embedding_model_id is not None,
         profiler=True,
         weight_updates=True,
+        constrained_decoding=info.constrained_decoding,
     )
 
 

@@ -88,6 +88,8 @@ class InferenceService(StreamingDiscipline, InferenceServiceBase):
         engine: EngineFacts,
         trace_parent: str,
     ) -> AsyncIterator[GenerateResponse]:
+        if plan.constraint is not None:
+            await engine.constraints.check(plan.constraint)
         prompt_ids = await asyncio.to_thread(_tokenize, message, plan, engine)
         stopping = stopping_for_prompt(plan, prompt_ids, self.ctx.config.limits, engine.info)
         submit = _encode_checked(
@@ -101,6 +103,7 @@ class InferenceService(StreamingDiscipline, InferenceServiceBase):
                 detokenize=plan.detokenize,
                 token_credit=state.granted,
                 trace_parent=trace_parent,
+                constraint=plan.constraint,
             )
         )
         stream = StreamAssembler(

@@ -17,9 +17,10 @@ from grpclib import GRPCError, Status
 
 from lmrpc.v1 import Capabilities, GenerateRequest, ResponseOptions, SamplingParams, StoppingCriteria
 from reference_server.config import Limits
-from reference_server.ipc import DetokenizeConfig, EngineInfo, SamplingConfig, StoppingConfig
+from reference_server.ipc import Constraint, DetokenizeConfig, EngineInfo, SamplingConfig, StoppingConfig
 
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
+SHOWN_VALUE_CHARS = 80  # of a constraint's definition, in an error message
 
 InputKind = Literal["text", "token_ids", "chat"]
 
@@ -49,6 +50,7 @@ class GeneratePlan:
     return_token_ids: bool
     return_prompt_token_ids: bool
     final_only: bool
+    constraint: Constraint | None  # checked for its shape; whether it compiles is checked next
 
 
 def check_request_id(request_id: str) -> str | None:
@@ -104,6 +106,7 @@ def plan_generate(
     if response.final_only and not caps.final_only:
         raise unimplemented("response.final_only is not supported by this server")
     skip_special = True if response.skip_special_tokens is None else response.skip_special_tokens
+    constraint = _constraint(request, caps)
     return GeneratePlan(
         request_id=request_id,
         input_kind=input_kind,
@@ -124,6 +127,7 @@ def plan_generate(
         return_token_ids=return_ids,
         return_prompt_token_ids=response.return_prompt_token_ids,
         final_only=response.final_only,
+        constraint=constraint,
     )
 
 
@@ -246,6 +250,43 @@ def _sampling(p: SamplingParams, limits: Limits) -> SamplingConfig:
         repetition_penalty=get("repetition_penalty", p.repetition_penalty, 1.0, 0.0, 10.0, open_low=True),
         seed=random.getrandbits(63) if p.seed is None else int(p.seed),
     )
+
+
+def _constraint(request: GenerateRequest, caps: Capabilities) -> Constraint | None:
+    """The constraint's shape (CONSTRAIN-2, CAP-1); whether it compiles is ``ConstraintChecker``'s."""
+    constraint = request.constraint
+    if constraint is None:
+        return None
+    if not caps.constrained_decoding:
+        raise unimplemented("constraint is not supported by this server (no constrained decoding)")
+    kind, _ = betterproto2.which_one_of(constraint, "kind")
+    if kind == "json_schema":
+        return Constraint("json_schema", constraint.json_schema or "")
+    if kind == "json_object":
+        return Constraint("json_object")
+    if kind == "regex":
+        return Constraint("regex", constraint.regex or "")
+    if kind == "ebnf":
+        return Constraint("ebnf", constraint.ebnf or "")
+    if kind == "choice":
+        choices = tuple(constraint.choice.choices if constraint.choice is not None else ())
+        if not choices:
+            raise invalid("constraint.choice.choices is empty: it must hold at least one string")
+        for i, choice in enumerate(choices):
+            if not choice:
+                raise invalid(f"constraint.choice.choices[{i}]='' must not be empty")
+        return Constraint("choice", choices=choices)
+    raise invalid("constraint: exactly one of json_schema, json_object, regex, ebnf or choice must be set")
+
+
+def constraint_refusal(constraint: Constraint, field: str, reason: str) -> GRPCError:
+    """INVALID_ARGUMENT for a constraint that does not compile, naming the field and its value."""
+    shown = f"={_shorten(constraint.definition)!r}" if constraint.definition else ""
+    return invalid(f"{field}{shown} {reason}")
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 3] + "..."
 
 
 def _top_logprobs(response: ResponseOptions, caps: Capabilities) -> int | None:

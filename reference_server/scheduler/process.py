@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import assert_never
+from typing import TYPE_CHECKING, assert_never
 
 import msgspec
 import zmq
@@ -16,12 +16,17 @@ from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.models.loader import CheckpointMismatchError
 from reference_server.models.source import ModelNotFoundError, resolve_model
 from reference_server.scheduler.engine_factory import create_engine
+from reference_server.scheduler.grammars import GrammarQueue, compiler_factory
 from reference_server.scheduler.profiler import ProfilerStateError, SchedulerProfiler
 from reference_server.tracing import Tracing, start_tracing
 from reference_server.worker_io import WorkerSockets, run_worker
 
+if TYPE_CHECKING:
+    from reference_server.engine.constraints import Grammar
+
 log = logging.getLogger("lmrpc.scheduler")
 PROFILER_POLL_MS = 20  # how often an idle loop looks whether torch.profiler has been imported
+GRAMMAR_POLL_MS = 2  # how often an idle loop looks whether a parked request's grammar is compiled
 
 
 def run_scheduler(config: ServerConfig, addresses: IpcAddresses) -> None:
@@ -29,11 +34,16 @@ def run_scheduler(config: ServerConfig, addresses: IpcAddresses) -> None:
 
     def serve(sockets: WorkerSockets) -> None:
         engine = create_engine(config.engine)
-        sockets.to_frontend.send(ipc.encode(ipc.Ready("scheduler", engine.info())))
+        info = engine.info()
+        sockets.to_frontend.send(ipc.encode(ipc.Ready("scheduler", info)))
         tracing = start_tracing("lmrpc-reference-scheduler", config.otlp_endpoint)
+        grammars = GrammarQueue(compiler_factory(config.engine.model_path, info.vocab_size))
         try:
-            SchedulerLoop(engine, sockets.inbox, sockets.to_peer, sockets.to_frontend, tracing).run()
+            SchedulerLoop(
+                engine, sockets.inbox, sockets.to_peer, sockets.to_frontend, tracing, grammars
+            ).run()
         finally:
+            grammars.close()
             if tracing is not None:
                 tracing.shutdown()
 
@@ -51,9 +61,11 @@ class SchedulerLoop:
         to_detokenizer: zmq.Socket[bytes],
         to_frontend: zmq.Socket[bytes],
         tracing: Tracing | None = None,
+        grammars: GrammarQueue | None = None,
     ) -> None:
         self.engine = engine
         self.tracing = tracing  # spans of the requests in flight (TRACE-1)
+        self.grammars = grammars  # constrained requests wait there for their grammar; None: refused
         self.inbox = inbox
         self.to_detokenizer = to_detokenizer
         self.to_frontend = to_frontend
@@ -67,16 +79,25 @@ class SchedulerLoop:
     def run(self) -> None:
         while self.running:
             idle = self.paused or not self.engine.has_work()
-            self._receive(block=idle, wake_after_ms=PROFILER_POLL_MS if self.profiler_commands else None)
+            self._receive(block=idle, wake_after_ms=self._wake_after_ms())
             if self.profiler_commands and self.profiler.ready:
                 for command in self.profiler_commands:
                     self._profiler_command(command)
                 self.profiler_commands.clear()
+            if self.grammars is not None:
+                for request, grammar in self.grammars.ready():
+                    self._admit(request, grammar)
             if self.running and not self.paused and self.engine.has_work():
                 with self.profiler.step_range():
                     outputs = self.engine.step()
                 self._send_outputs(outputs)
             self._send_kv_events()
+
+    def _wake_after_ms(self) -> int | None:
+        """How long an idle loop may wait for a message: not past a grammar or profiler awaited."""
+        if self.grammars is not None and self.grammars.waiting:
+            return GRAMMAR_POLL_MS
+        return PROFILER_POLL_MS if self.profiler_commands else None
 
     def _receive(self, *, block: bool, wake_after_ms: int | None = None) -> None:
         """Handle every queued message; wait for the first one only if there is nothing to do (and
@@ -114,7 +135,7 @@ class SchedulerLoop:
             case ipc.GrantTokens():
                 engine.grant_tokens(message.rid, message.credit)
             case ipc.AbortRequests():
-                self._send_outputs([out for rid in message.rids for out in engine.abort_request(rid)])
+                self._send_outputs([out for rid in message.rids for out in self._abort(rid)])
             case ipc.FinishOutput():
                 engine.finish_output(message.rid, message.output_index)
             case ipc.QueryLoad():
@@ -146,11 +167,26 @@ class SchedulerLoop:
                 assert_never(message)
 
     def _submit(self, request: ipc.SubmitRequest) -> None:
+        grammar = None
+        if request.constraint is not None:
+            if self.grammars is None:
+                self._fail_request(request.rid, "this scheduler does not compile constraints")
+                return
+            grammar = self.grammars.compiled(request.constraint)
+            if grammar is None:
+                self.grammars.park(request)  # the engine gets it once compiled (GrammarQueue)
+                return
+        self._admit(request, grammar)
+
+    def _admit(self, request: ipc.SubmitRequest, grammar: Grammar | str | None) -> None:
         # The engine takes the request before the detokenizer hears of it, so a request the
         # engine refuses leaves no state behind anywhere; registration still reaches the
         # detokenizer before the request's first outputs, which only a later step makes.
+        if isinstance(grammar, str):
+            self._fail_request(request.rid, f"the constraint could not be compiled: {grammar}")
+            return
         try:
-            self.engine.add_request(request)
+            self.engine.add_request(request, grammar)
         except Exception as exc:
             log.exception("the engine refused request %s", request.rid)
             self.engine.abort_request(request.rid)
@@ -163,6 +199,16 @@ class SchedulerLoop:
             self.tracing.start(
                 request.rid, "scheduler request", request.trace_parent, request.num_outputs, attributes
             )
+
+    def _abort(self, rid: str) -> list[ipc.SequenceOutput]:
+        parked = self.grammars.drop(rid) if self.grammars is not None else None
+        if parked is None:
+            return self.engine.abort_request(rid)
+        # never reached the engine or the detokenizer: register it so that its finishes reach the stream
+        self.to_detokenizer.send(ipc.encode(ipc.RegisterRequest(rid, parked.num_outputs, parked.detokenize)))
+        return [
+            ipc.SequenceOutput(rid, i, [], finish=ipc.Finish("aborted")) for i in range(parked.num_outputs)
+        ]
 
     def _fail_request(self, rid: str, message: str) -> None:
         if self.tracing is not None:

@@ -44,7 +44,7 @@ async def refused(call: object) -> GRPCError:
 def test_the_revision_and_its_capabilities(fake_server: ServerProcess, bare_server: ServerProcess) -> None:
     full = run(fake_server.target, LmrpcClient.server_info)
     bare = run(bare_server.target, LmrpcClient.server_info)
-    assert full.contract_revision == bare.contract_revision == CONTRACT_REVISION == 4
+    assert full.contract_revision == bare.contract_revision == CONTRACT_REVISION == 5
     assert full.capabilities is not None and bare.capabilities is not None
     flags = ("list_models", "score", "profiler", "weight_updates")
     assert [getattr(full.capabilities, f) for f in flags] == [True] * 4

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import struct
@@ -335,6 +336,10 @@ def openai(payload: dict[str, Any]) -> rt.OpenAiRequest:
     return rt.OpenAiRequest(json_body=json.dumps(payload).encode())
 
 
+def guided(**constraint: Any) -> rt.SamplingParams:
+    return rt.SamplingParams(guided_decoding=rt.GuidedDecoding(**constraint))
+
+
 def test_openai_chat_completions_streamed_and_not(server: ServerProcess) -> None:
     chat = {
         "messages": [{"role": "user", "content": "Say hi"}],
@@ -373,10 +378,46 @@ def test_openai_chat_completions_streamed_and_not(server: ServerProcess) -> None
     (message,) = whole
     assert message.finished
     completion = json.loads(message.json_chunk)
-    assert completion["object"] == "chat.completion" and completion["model"] == "fake-SmolLM2-135M-Instruct"
+    assert (
+        completion["object"] == "chat.completion" and completion["model"] == "default"
+    )  # none asked: SGLang's
     assert {c["index"]: c["message"]["content"] for c in completion["choices"]} == contents
     usage = completion["usage"]
     assert usage["completion_tokens"] == 12 and usage["total_tokens"] == usage["prompt_tokens"] + 12
+
+
+def test_guided_decoding_and_response_format_constrain_every_output(server: ServerProcess) -> None:
+    choice = guided(choice=rt.ChoiceConstraint(values=["yes", "no"]))
+    choice.n, choice.temperature, choice.seed = 3, 1.0, 5
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    chat = {
+        "messages": [{"role": "user", "content": "Answer in JSON"}],
+        "max_tokens": 40,
+        "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}},
+    }
+
+    async def body(stub: rt.SglangServiceStub) -> tuple[list[Any], list[Any], list[Any]]:
+        chosen = await collect(
+            stub.text_generate(rt.TextGenerateRequest(text="Yes or no?", sampling_params=choice))
+        )
+        legacy = await collect(
+            stub.text_generate(
+                rt.TextGenerateRequest(
+                    text="Digits:", sampling_params=sampling(regex="[0-9]{3}", max_new_tokens=8)
+                )
+            )
+        )
+        answered = await collect(stub.chat_complete(openai(chat)))
+        return chosen, legacy, answered
+
+    chosen, legacy, answered = run(server, body)
+    assert len(chosen) == 3 and all(r.text in ("yes", "no") for r in chosen)
+    (digits,) = legacy
+    assert len(digits.text) == 3 and digits.text.isdigit()  # ignore_eos: the complete regex ends it
+    (message,) = answered
+    content = json.loads(message.json_chunk)["choices"][0]["message"]["content"]
+    assert isinstance(json.loads(content)["ok"], bool)
 
 
 def test_openai_completions_streamed_and_not(server: ServerProcess) -> None:
@@ -455,27 +496,25 @@ def test_profile_writes_a_chrome_trace_of_the_scheduler(server: ServerProcess, t
 
 
 def test_update_weights_from_disk_on_the_fake_engine(server: ServerProcess) -> None:
-    """The fake engine has no weights: a loadable path is accepted without effect; a path that
-    does not exist is refused, naming model_path."""
+    """The fake engine has no weights: a loadable path is accepted without effect. A load that
+    cannot happen is answered as SGLang 0.5.23 answers it (grpc_bridge.py's
+    update_weights_from_disk): status OK, ``success = false`` and the reason in ``message``,
+    naming the field and its value, never a status an SGLang client would get as an exception."""
     model = str(resolve_model(None).path)
 
-    async def body(stub: rt.SglangServiceStub) -> tuple[Any, GRPCError, GRPCError, GRPCError]:
-        return (
+    async def body(stub: rt.SglangServiceStub) -> list[rt.UpdateWeightsResponse]:
+        return [
             await stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path=model)),
-            await status_of(
-                stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path="/nonexistent/model"))
-            ),
-            await status_of(
-                stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path=model, load_format="pt"))
-            ),
-            await status_of(stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path=""))),
-        )
+            await stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path="/nonexistent/model")),
+            await stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path=model, load_format="pt")),
+            await stub.update_weights_from_disk(rt.UpdateWeightsRequest(model_path="")),
+        ]
 
     accepted, missing, format_, empty = run(server, body)
     assert accepted.success and "fake engine" in accepted.message
-    assert missing.status is Status.NOT_FOUND and "model_path='/nonexistent/model'" in (missing.message or "")
-    assert format_.status is Status.UNIMPLEMENTED and "load_format='pt'" in (format_.message or "")
-    assert empty.status is Status.INVALID_ARGUMENT and "model_path" in (empty.message or "")
+    assert not missing.success and "model_path='/nonexistent/model'" in missing.message
+    assert not format_.success and "load_format='pt'" in format_.message
+    assert not empty.success and "model_path=''" in empty.message
 
 
 BAD_INPUTS: list[tuple[str, Callable[[rt.SglangServiceStub], Awaitable[Any]], Status, str]] = [
@@ -519,12 +558,12 @@ BAD_INPUTS: list[tuple[str, Callable[[rt.SglangServiceStub], Awaitable[Any]], St
         "sampling_params.n",
     ),
     (
-        "regex",
+        "regex that does not compile",
         lambda s: collect(
-            s.text_generate(rt.TextGenerateRequest(text="x", sampling_params=rt.SamplingParams(regex="a+")))
+            s.text_generate(rt.TextGenerateRequest(text="x", sampling_params=rt.SamplingParams(regex="(a")))
         ),
-        Status.UNIMPLEMENTED,
-        "sampling_params.regex",
+        Status.INVALID_ARGUMENT,
+        "constraint.regex",
     ),
     (
         "prefill only",
@@ -562,12 +601,23 @@ BAD_INPUTS: list[tuple[str, Callable[[rt.SglangServiceStub], Awaitable[Any]], St
         Status.INVALID_ARGUMENT,
         "rid=",
     ),
-    ("abort nothing", lambda s: s.abort(rt.AbortRequest()), Status.INVALID_ARGUMENT, "rid"),
+    (
+        "abort nothing",
+        lambda s: s.abort(rt.AbortRequest()),
+        Status.INVALID_ARGUMENT,
+        "Abort requires a non-empty rid unless abort_all is true",  # SGLang 0.5.23's words
+    ),
     (
         "negative token",
         lambda s: s.detokenize(rt.DetokenizeRequest(tokens=[-3])),
         Status.INVALID_ARGUMENT,
-        "tokens[0]=-3",
+        "Detokenize tokens must be non-negative: tokens[0]=-3",
+    ),
+    (
+        "classify nothing",
+        lambda s: s.classify(rt.ClassifyRequest()),
+        Status.INVALID_ARGUMENT,
+        "Classify requires either text or input_ids",
     ),
     ("load rank", lambda s: s.get_load(rt.GetLoadRequest(dp_rank=2)), Status.INVALID_ARGUMENT, "dp_rank=2"),
     (
@@ -585,20 +635,20 @@ BAD_INPUTS: list[tuple[str, Callable[[rt.SglangServiceStub], Awaitable[Any]], St
         "temprature",
     ),
     (
-        "chat unknown model",
+        "chat lora adapter",
         lambda s: collect(
             s.chat_complete(
-                openai({"messages": [{"role": "user", "content": "x"}], "model": "no-such-model"})
+                openai({"messages": [{"role": "user", "content": "x"}], "model": "base:adapter-1"})
             )
         ),
-        Status.NOT_FOUND,
-        "model='no-such-model'",
+        Status.UNIMPLEMENTED,
+        "model='base:adapter-1'",
     ),
     (
-        "completion unknown model",
-        lambda s: collect(s.complete(openai({"prompt": "x", "model": "no-such-model"}))),
-        Status.NOT_FOUND,
-        "model='no-such-model'",
+        "completion lora adapter",
+        lambda s: collect(s.complete(openai({"prompt": "x", "model": "base:adapter-1"}))),
+        Status.UNIMPLEMENTED,
+        "model='base:adapter-1'",
     ),
     (
         "chat temperature type",
@@ -661,6 +711,110 @@ BAD_INPUTS: list[tuple[str, Callable[[rt.SglangServiceStub], Awaitable[Any]], St
         "label_token_ids",
     ),
     (
+        "guided without a constraint",
+        lambda s: collect(s.generate(rt.GenerateRequest(input_ids=[5], sampling_params=guided()))),
+        Status.INVALID_ARGUMENT,
+        "guided decoding constraint must be specified",
+    ),
+    (
+        "guided empty regex",
+        lambda s: collect(s.generate(rt.GenerateRequest(input_ids=[5], sampling_params=guided(regex="")))),
+        Status.INVALID_ARGUMENT,
+        "guided decoding constraint must not be empty",
+    ),
+    (
+        "guided empty choice",
+        lambda s: collect(
+            s.generate(
+                rt.GenerateRequest(
+                    input_ids=[5], sampling_params=guided(choice=rt.ChoiceConstraint(values=["a", ""]))
+                )
+            )
+        ),
+        Status.INVALID_ARGUMENT,
+        "guided choice must contain only non-empty values",
+    ),
+    (
+        "legacy empty json_schema",
+        lambda s: collect(
+            s.text_generate(
+                rt.TextGenerateRequest(text="x", sampling_params=rt.SamplingParams(json_schema=""))
+            )
+        ),
+        Status.INVALID_ARGUMENT,
+        "legacy json_schema must not be empty",
+    ),
+    (
+        "legacy beside guided",
+        lambda s: collect(
+            s.text_generate(
+                rt.TextGenerateRequest(
+                    text="x",
+                    sampling_params=rt.SamplingParams(
+                        regex="a", guided_decoding=rt.GuidedDecoding(json_schema="{}")
+                    ),
+                )
+            )
+        ),
+        Status.INVALID_ARGUMENT,
+        "legacy json_schema/regex cannot be combined with guided_decoding",
+    ),
+    (
+        "guided structural tag",
+        lambda s: collect(
+            s.generate(rt.GenerateRequest(input_ids=[5], sampling_params=guided(structural_tag="{}")))
+        ),
+        Status.UNIMPLEMENTED,
+        "sampling_params.guided_decoding.structural_tag",
+    ),
+    (
+        "session",
+        lambda s: collect(s.text_generate(rt.TextGenerateRequest(text="x", session_id="s-1"))),
+        Status.UNIMPLEMENTED,
+        "session_id='s-1'",
+    ),
+    (
+        "disaggregated",
+        lambda s: collect(
+            s.generate(
+                rt.GenerateRequest(
+                    input_ids=[5],
+                    disaggregated_params=rt.DisaggregatedParams(bootstrap_host="h", bootstrap_room=1),
+                )
+            )
+        ),
+        Status.UNIMPLEMENTED,
+        "disaggregated_params",
+    ),
+    (
+        "kv hints",
+        lambda s: collect(
+            s.generate(rt.GenerateRequest(input_ids=[5], kv_hints=rt.KvHintsEnvelope(protocol_version="1.0")))
+        ),
+        Status.UNIMPLEMENTED,
+        "kv_hints",
+    ),
+    (
+        "require reasoning",
+        lambda s: collect(s.text_generate(rt.TextGenerateRequest(text="x", require_reasoning=True))),
+        Status.UNIMPLEMENTED,
+        "require_reasoning",
+    ),
+    (
+        "thinking budget",
+        lambda s: collect(s.generate(rt.GenerateRequest(input_ids=[5], max_thinking_tokens=16))),
+        Status.UNIMPLEMENTED,
+        "max_thinking_tokens=16",
+    ),
+    (
+        "image",
+        lambda s: collect(
+            s.generate(rt.GenerateRequest(input_ids=[5], image_data=["data:image/png;base64,"]))
+        ),
+        Status.UNIMPLEMENTED,
+        "image_data",
+    ),
+    (
         "profile folder",
         lambda s: s.start_profile(rt.StartProfileRequest(output_dir="/proc/lmrpc-no-such-folder")),
         Status.INVALID_ARGUMENT,
@@ -684,18 +838,131 @@ def test_bad_inputs_name_the_field(
     assert field in (refused.message or "")
 
 
-def test_openai_unary_calls_refuse_a_model_not_served_with_404_in_band(server: ServerProcess) -> None:
-    async def body(stub: rt.SglangServiceStub) -> list[Any]:
-        return [
+def test_openai_model_is_read_as_sglang_reads_it(server: ServerProcess) -> None:
+    """SGLang 0.5.23 reads ``model`` only for a LoRA suffix (serving_base.py,
+    _parse_model_parameter): ``"default"`` (its examples' name and its default), no model, or
+    any other name is served by the one model, and chat, completions and score repeat the name
+    asked for; embeddings name the embedding model, as SGLang names its model's path."""
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+
+    async def body(stub: rt.SglangServiceStub) -> tuple[list[Any], list[Any], list[Any]]:
+        chats = [
+            json.loads((await collect(stub.chat_complete(openai({**chat, **named}))))[-1].json_chunk)
+            for named in ({"model": "default"}, {}, {"model": "gpt-4o"})
+        ]
+        completion = (
+            await collect(stub.complete(openai({"prompt": "Hi", "max_tokens": 2, "model": "default"})))
+        )[-1]
+        unary = [
             await stub.open_ai_embed(openai({"input": "a", "model": "no-such-model"})),
             await stub.score(openai({"query": "a", "items": ["b"], "model": "no-such-model"})),
             await stub.rerank(openai({"query": "a", "documents": ["b"], "model": "no-such-model"})),
         ]
+        return chats, [completion], unary
 
-    responses = run(server, body)
-    assert [r.status_code for r in responses] == [404, 404, 404]
-    errors = [json.loads(r.json_body)["error"] for r in responses]
-    assert all(e["param"] == "model" and "no-such-model" in e["message"] for e in errors), errors
+    chats, (completion,), unary = run(server, body)
+    assert [c["model"] for c in chats] == ["default", "default", "gpt-4o"]
+    assert all(c["object"] == "chat.completion" and c["choices"][0]["message"]["content"] for c in chats)
+    assert (
+        completion.finished and completion.status_code == 200
+    )  # the HTTP status, as SGLang's bridge sends it
+    assert json.loads(completion.json_chunk)["model"] == "default"
+    assert [r.status_code for r in unary] == [200, 200, 200]
+    embedded, scored, _ = (json.loads(r.json_body) for r in unary)
+    assert embedded["model"] == "fake-embedding" and scored["model"] == "no-such-model"
+
+
+def test_watch_engine_state_streams_a_snapshot_per_change(server: ServerProcess) -> None:
+    """SGLang 0.5.23's WatchEngineState: a snapshot at once (revision 1, healthy, GetModelInfo's
+    and GetServerInfo's answers), then one per change of the pause."""
+
+    async def body(stub: rt.SglangServiceStub) -> tuple[list[rt.EngineStateSnapshot], Any]:
+        snapshots: list[rt.EngineStateSnapshot] = []
+        model = await stub.get_model_info(rt.GetModelInfoRequest())
+        async with contextlib.aclosing(stub.watch_engine_state(rt.WatchEngineStateRequest())) as stream:
+            async for snapshot in stream:
+                snapshots.append(snapshot)
+                if len(snapshots) == 1:
+                    await stub.pause_generation(rt.PauseGenerationRequest(mode="in_place"))
+                elif len(snapshots) == 2:
+                    await stub.continue_generation(rt.ContinueGenerationRequest())
+                else:
+                    break
+        return snapshots, model
+
+    (first, paused, resumed), model = run(server, body)
+    assert [s.revision for s in (first, paused, resumed)] == [1, 2, 3]
+    assert [s.is_pause for s in (first, paused, resumed)] == [False, True, False]
+    assert first.healthy and first.instance_id == paused.instance_id > 1_600_000_000 * 10**9
+    assert first.model_info == model
+    assert first.server_info is not None and json.loads(first.server_info.json_info)["served_model_name"]
+
+
+def test_generate_return_text_seed_and_priority(server: ServerProcess) -> None:
+    """SGLang 0.5.23's ``return_text`` puts the text so far in GenerateResponse.text (left unset
+    without it); ``seed`` is lmrpc's seed (the same seed, the same tokens); ``priority`` is
+    accepted, as SGLang accepts it without priority scheduling."""
+
+    async def body(stub: rt.SglangServiceStub) -> tuple[list[Any], list[Any], list[list[int]]]:
+        with_text = await collect(
+            stub.generate(
+                rt.GenerateRequest(
+                    input_ids=PROMPT_IDS,
+                    sampling_params=sampling(max_new_tokens=4),
+                    stream=True,
+                    return_text=True,
+                )
+            )
+        )
+        without = await collect(
+            stub.generate(
+                rt.GenerateRequest(input_ids=PROMPT_IDS, sampling_params=sampling(max_new_tokens=2))
+            )
+        )
+        seeded = [
+            (
+                await collect(
+                    stub.generate(
+                        rt.GenerateRequest(
+                            input_ids=PROMPT_IDS,
+                            sampling_params=rt.SamplingParams(
+                                temperature=1.0, seed=-7, max_new_tokens=6, ignore_eos=True
+                            ),
+                            priority=3,
+                        )
+                    )
+                )
+            )[-1].output_ids
+            for _ in range(2)
+        ]
+        return with_text, without, seeded
+
+    with_text, without, (first, second) = run(server, body)
+    assert all(r.text is not None for r in with_text) and with_text[-1].text
+    texts = [r.text or "" for r in with_text]
+    assert all(later.startswith(earlier) for earlier, later in itertools.pairwise(texts))  # cumulative
+    assert all(r.text is None for r in without)
+    assert first == second and len(first) == 6
+
+
+def test_detokenize_keeps_special_tokens_and_leaves_out_unknown_ids(
+    server: ServerProcess, tokenizer: TokenizerBundle
+) -> None:
+    """As SGLang's (grpc_bridge.py's detokenize: the tokenizer's decode with its defaults): special
+    tokens are kept, an id outside the vocabulary decodes to nothing."""
+    eos = tokenizer.eos_token_ids[0]
+    known = tokenizer.encode("hello")
+
+    async def body(stub: rt.SglangServiceStub) -> tuple[str, str]:
+        special = (await stub.detokenize(rt.DetokenizeRequest(tokens=[*known, eos]))).text
+        unknown = (
+            await stub.detokenize(rt.DetokenizeRequest(tokens=[*known, tokenizer.vocab_size + 5]))
+        ).text
+        return special, unknown
+
+    special, unknown = run(server, body)
+    assert special == tokenizer.decode([*known, eos], skip_special_tokens=False) and special != unknown
+    assert unknown == tokenizer.decode(known, skip_special_tokens=False)
 
 
 def test_openai_unary_refusals_are_http_400_in_band(server: ServerProcess) -> None:

@@ -205,8 +205,7 @@ def test_logprobs_map_to_output_logprobs(fake_server: ServerProcess) -> None:
     ("sampling", "extra", "field"),
     [
         ({"logit_bias": {5: 1.0}}, {}, "sampling_params.logit_bias"),
-        ({"regex": "a+"}, {}, "sampling_params.regex"),
-        ({"json_object": True}, {}, "sampling_params.json_object"),
+        ({"structural_tag": "{}"}, {}, "sampling_params.structural_tag"),
         ({"prompt_logprobs": 1}, {}, "sampling_params.prompt_logprobs"),
         ({"logprobs": -1}, {}, "sampling_params.logprobs=-1"),
         ({"truncate_prompt_tokens": 4}, {}, "sampling_params.truncate_prompt_tokens"),
@@ -229,6 +228,36 @@ def test_unsupported_options_are_unimplemented(
         assert field in (refused.value.details() or "")
 
     run(fake_server.target, body)
+
+
+def test_structured_outputs_constrain_every_output(
+    fake_server: ServerProcess, tokenizer: TokenizerBundle
+) -> None:
+    async def body(stub: Any) -> tuple[list[Any], list[Any], Any]:
+        chosen = await responses(
+            stub,
+            generate_request(
+                "c", [5, 6, 7], stream=False, max_tokens=8, n=3, temperature=1.0, seed=3,
+                choice=pb.ChoiceConstraint(choices=["yes", "no"]),
+            ),
+        )  # fmt: skip
+        obj = await responses(
+            stub,
+            generate_request("j", [5, 6, 7], stream=False, max_tokens=64, temperature=0.0, json_object=True),
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await responses(stub, generate_request("g", [5, 6, 7], grammar='start ::= "a"'))
+        return chosen, obj, refused.value
+
+    chosen, obj, refused = run(fake_server.target, body)
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and "ebnf" in (refused.details() or "")
+    assert sorted(r.complete.index for r in chosen) == [0, 1, 2]
+    assert all(tokenizer.decode(list(r.complete.output_ids)) in ("yes", "no") for r in chosen)
+    (whole,) = obj
+    if whole.complete.finish_reason == "stop":  # a JSON object the fake engine closed in time
+        assert isinstance(json.loads(tokenizer.decode(list(whole.complete.output_ids))), dict)
+    else:
+        assert tokenizer.decode(list(whole.complete.output_ids)).lstrip().startswith("{")
 
 
 def test_invalid_requests_carry_lmrpc_checks(fake_server: ServerProcess) -> None:

@@ -53,6 +53,21 @@ class Call:
     def chat(self) -> bool:
         return self.path.endswith("/chat/completions")
 
+    @property
+    def response_format(self) -> str | None:
+        """The ``response_format`` type asked for (json_schema, json_object), None when none or text."""
+        found = self.body.get("response_format") if isinstance(self.body, dict) else None
+        kind = found.get("type") if isinstance(found, dict) else None
+        return kind if isinstance(kind, str) and kind != "text" else None
+
+    @property
+    def tool_choice(self) -> str | None:
+        """With tools offered: required, auto, none or named (a function object); None without tools."""
+        if not isinstance(self.body, dict) or not self.body.get("tools"):
+            return None
+        choice = self.body.get("tool_choice", "auto")
+        return "named" if isinstance(choice, dict) else str(choice)
+
 
 class Mutant:
     """The correct proxy: nothing changed. Subclasses are one-fault mutants."""
@@ -71,6 +86,10 @@ class Mutant:
     @classmethod
     def describe(cls) -> str:
         return " ".join((cls.__doc__ or "").split())
+
+    def buffers(self, call: Call) -> bool:
+        """Whether this call's stream is collected and changed as a whole (``whole_stream``)."""
+        return self.buffered
 
     def request(self, call: Call) -> Any:
         return call.body
@@ -191,14 +210,15 @@ class Proxy:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
             transport.set_write_buffer_limits(high=4096)
         collected: list[str] = []
+        buffered = self.mutant.buffers(call)
         try:
             async for data in _events(upstream):
-                if self.mutant.buffered:
+                if buffered:
                     collected.append(data)
                     continue
                 for out in self.mutant.event(call, data):
                     await self._write(response, out)
-            for out in self.mutant.whole_stream(call, collected) if self.mutant.buffered else []:
+            for out in self.mutant.whole_stream(call, collected) if buffered else []:
                 await self._write(response, out)
             await response.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError):

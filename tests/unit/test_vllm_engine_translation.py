@@ -100,8 +100,6 @@ def test_stops_response_options_and_input() -> None:
     ("message", "field"),
     [
         (request(logit_bias={1: 2.0}), "sampling_params.logit_bias"),
-        (request(grammar="root ::= x"), "sampling_params.grammar"),
-        (request(choice=vllm.ChoiceConstraint(choices=["a"])), "sampling_params.choice"),
         (request(prompt_logprobs=0), "sampling_params.prompt_logprobs"),
         (request(truncate_prompt_tokens=-1), "sampling_params.truncate_prompt_tokens"),
         (vllm.GenerateRequest(text="x", kv_transfer_params=vllm.KvTransferParams()), "kv_transfer_params"),
@@ -113,6 +111,14 @@ def test_unsupported_fields_are_unimplemented(message: vllm.GenerateRequest, fie
     with pytest.raises(GRPCError) as refused:
         to_lmrpc(message)
     assert refused.value.status is Status.UNIMPLEMENTED and field in str(refused.value.message)
+
+
+def test_structured_outputs_become_the_constraint() -> None:
+    grammar = to_lmrpc(request(grammar='root ::= "x"')).constraint
+    assert grammar is not None and grammar.ebnf == 'root ::= "x"'
+    choice = to_lmrpc(request(choice=vllm.ChoiceConstraint(choices=["a", "b"]))).constraint
+    assert choice is not None and choice.choice is not None and choice.choice.choices == ["a", "b"]
+    assert to_lmrpc(request()).constraint is None
 
 
 def test_data_parallel_rank_zero_is_this_server() -> None:

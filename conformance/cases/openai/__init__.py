@@ -11,4 +11,6 @@ import conformance.cases.openai.pool
 import conformance.cases.openai.compare
 import conformance.cases.openai.usage
 import conformance.cases.openai.stops
-import conformance.cases.openai.disconnect  # noqa: F401
+import conformance.cases.openai.disconnect
+import conformance.cases.openai.structured
+import conformance.cases.openai.tools  # noqa: F401

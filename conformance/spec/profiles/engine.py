@@ -9,6 +9,11 @@ from conformance.spec.profiles.base import NO_TEXT, NOT_DRIVEN_CAP_1, NOT_RUNTIM
 
 # What both engine protocols share; each protocol's profile overrides some of it.
 ENGINE: dict[str, Reading] = {
+    "ERR-3": reads(
+        "as written, each field under the protocol's name for it; but a refused constraint's message is the "
+        "engine's grammar compiler's own (vLLM: 'Invalid JSON grammar specification'), which no engine protocol "
+        "promises names the field: not judged"
+    ),
     "SVC-1": reads(
         "the protocol's service is served: Generate, Abort, GetModelInfo and GetLoads answer (GetServerInfo "
         "is optional: smg only warns when it fails)"
@@ -196,4 +201,7 @@ ENGINE_CASES: dict[str, Reading] = {
     "USAGE-2[tokenize]": na("no Tokenize: USAGE-2 is checked against the prompt ids sent"),
     "FINISH-5[stop-token-is-eos]": na("one matched_token_id for an EOS token and a stop token alike"),
     "LOAD-1[waiting]": na("no PauseGeneration to hold a request waiting"),
+    "CONSTRAIN-2[constraint.none-set]": na(
+        "the constraint is a oneof of SamplingParams fields: the wire cannot carry one with no kind"
+    ),
 }

@@ -56,15 +56,55 @@ OPENAI = Profile(
         ),
         "SAMPLE-7": na("`top_k` is not part of OpenAI's API"),
         "SAMPLE-8": na("OpenAI's API has none of these options"),
+        "CONSTRAIN-1": reads(
+            "`response_format` (chat, and legacy completions where the server visibly honours it there: OpenAI has "
+            "none): a choice that ended `stop` has content that `json_schema` with `strict: true` accepts (valid "
+            "against the schema), that is JSON (`strict: false`: OpenAI makes the schema best effort, so a "
+            "departure is noted) or JSON (`json_object`: OpenAI promises 'valid JSON'; a value that is no object is "
+            "noted); one cut at `max_tokens` a prefix of such a document, a trailing U+FFFD aside (OpenAI: the "
+            "content 'may be partially cut off'); for n = 1 and 2, greedy and sampled, "
+            "streamed and not. Tool calls (lmrpc.v1 has none: a forced call is a constraint on its arguments; "
+            "every function offered is `strict` and the judged requests send `parallel_tool_calls: false`, as "
+            "OpenAI's guarantee asks): `tool_choice: required` ('must call one or more tools') or a named "
+            "function ('forces the model to call that tool') gives one call or more (that function's), unless "
+            "cut at `max_tokens`; `auto` calls or not; every call has a non-empty `id`, `type: function`, an "
+            "offered function's name and `arguments` a string of JSON valid against its `parameters` (a prefix "
+            "when cut short), streamed (fragments joined per `index`) and not; `finish_reason` after calls is "
+            "`tool_calls` (a named call may read `stop`, as OpenAI itself answers it), never `tool_calls` "
+            "without one; usage adds up. Content beside forced calls is left open by OpenAI: noted. A server that declines the option "
+            "(a 4xx with an error object, or a 501 with one) skips"
+        ),
+        "CONSTRAIN-2": reads(
+            "a `json_schema` whose schema is no JSON Schema (a type none has, a string), or a strict function "
+            "whose `parameters` are none, is a 4xx with an error object, as OpenAI answers it: never a 5xx, nor "
+            "an answer that ignores it"
+        ),
+        "CONSTRAIN-3": na(
+            "read through STREAM-2[openai,response_format] and STREAM-2[openai,tool-arguments] (a greedy "
+            "constrained stream is its body) and CONSTRAIN-1's n = 2 and sampled requests"
+        ),
+        "CONSTRAIN-4": na(
+            "OpenAI's strict mode documents its own subset of JSON Schema; what other servers enforce differs "
+            "and nothing in the API says which keywords a server drops"
+        ),
         "STREAM-1": reads(
             "chat: each choice's first chunk carries `delta.role` `assistant`, and no later chunk another role "
             "(repeating `assistant` is allowed); a body's `message.role` is `assistant`"
         ),
         "STREAM-2": reads(
             "under greedy decoding the deltas of a choice concatenate to exactly the non-streamed text: "
-            "never a repeat or a cumulative text"
+            "never a repeat or a cumulative text; so do a strict `json_schema` choice's, and a forced tool call's "
+            "argument fragments join into the body's arguments (the same JSON value: a server may write the "
+            "body's anew, as vLLM drops the whitespace its stream carries) under the same names. A streamed call "
+            "sends its `id`, `type` and `function.name` in its first delta and never again (OpenAI: 'many of "
+            "these fields are only set for the first delta of each tool call'; the SDK's stream helper joins "
+            "repeated strings; a repeated `type: function` is harmless), then `arguments` fragments (strings), "
+            "and a `finish_reason` after them"
         ),
-        "STREAM-3": reads("every `choices[].index` is an integer in [0, n)"),
+        "STREAM-3": reads(
+            "every `choices[].index` is an integer in [0, n); every `delta.tool_calls` entry carries an integer "
+            "`index`, and a choice's calls are numbered 0, 1, … in the order they start, without gaps"
+        ),
         "STREAM-4": na("token ids are not carried: STREAM-2 compares with the non-streamed text instead"),
         "STREAM-5": reads(
             "no delta carries U+FFFD where the non-streamed text has none (a character split across chunks)"
@@ -100,7 +140,8 @@ OPENAI = Profile(
         "FINISH-5": reads("a choice that ended at a stop string reads `stop`"),
         "FINISH-6": reads(
             "`length` only when the choice's tokens reached `max_tokens`, and never beyond (judged where usage "
-            "counts one choice: n = 1)"
+            "counts one choice: n = 1); a greedy choice that the same request with a larger `max_tokens` "
+            "carries on past ended `length`"
         ),
         "FINISH-7": na("no abort"),
         "USAGE-1": reads(
@@ -175,7 +216,8 @@ OPENAI = Profile(
         "MALFORMED-4": na(NOT_HTTP_WIRE),
         "CAP-1": reads(
             "an optional parameter (`n`, `logprobs`, `stream_options.include_usage`, `echo`, `stream`) is "
-            "honoured or refused with a 4xx, never accepted and ignored"
+            "honoured or refused with a 4xx, never accepted and ignored; so is `tool_choice: none` with tools "
+            "offered ('the model will not call any tool'): no `tool_calls`, no `tool_calls` finish"
         ),
         "CAP-2": na("nothing is advertised: CAP-1 learns it"),
         "CAP-3": na("nothing is advertised"),

@@ -10,6 +10,11 @@ SGLANG_SCHEDULER = Profile(
     "sglang.grpc.scheduler (smg)",
     {
         **ENGINE,
+        "CONSTRAIN-1": reads(
+            "SamplingParams' constraint oneof: json_schema, regex and ebnf_grammar; a JSON object is sent as "
+            'the schema {"type": "object"} and a choice as a regex of its strings; no text, so the driver '
+            "detokenizes the ids"
+        ),
         "REQ-2": reads("every response echoes the request_id"),
         "SAMPLE-1": reads(
             "no presence: every value is sent, absent ones as default_sampling_params_json says (as smg does), "
@@ -68,5 +73,9 @@ SGLANG_SCHEDULER = Profile(
             "no seed field: absent and explicit defaults cannot be compared token by token"
         ),
         "STREAM-8[seeded]": na("no seed field"),
+        "CONSTRAIN-2[constraint.choice=none]": na("no choice kind: the driver sends the choice as a regex"),
+        "CONSTRAIN-2[constraint.choice=empty-string]": na(
+            "no choice kind: the driver sends the choice as a regex"
+        ),
     },
 )

@@ -23,6 +23,10 @@ VLLM_ENGINE = Profile(
             "repetition_penalty, vLLM puts no upper bound on repetition_penalty, nothing is advertised)"
         ),
         "SAMPLE-6": reads("with `--assume seeded_sampling`"),
+        "CONSTRAIN-1": reads(
+            "SamplingParams' constraint oneof: json_schema, regex, grammar (EBNF), json_object and choice, "
+            "each vLLM's structured output of the same name; no text, so the driver detokenizes the ids"
+        ),
         "STREAM-2": reads(
             "chunks carry only new ids (smg's ChunkSemantics::Delta, proto_wrapper.rs): an output's chunks add "
             "up to its tokens, never more than max_tokens (a stream has no total to compare with)"
@@ -59,12 +63,28 @@ VLLM_ENGINE = Profile(
             "lmrpc.v1's promise: vLLM's Abort reaches the requests in flight, and no vLLM document says an "
             "Abort for an id not yet seen is remembered"
         ),
+        "CONSTRAIN-4": na(
+            "lmrpc.v1's promise: vLLM's grammar backend compiles a schema with a remote $ref, and no vLLM "
+            "document says an unenforceable keyword is refused"
+        ),
         "SMG-4": reads(
             "on a vLLM port, SGLang's HealthCheck (which smg probes first) answers a non-OK status"
         ),
     },
     {
         **ENGINE_CASES,
+        "ABORT-1[prefix-id]": reads(
+            "an Abort names ids exactly: one that only shares a prefix with a request in flight leaves it "
+            "streaming (what the Abort did shows on the stream: it reports nothing per id)"
+        ),
+        "CONSTRAIN-2[constraint.choice=empty-string]": na(
+            "vLLM takes any list of strings as a choice, the empty one included: an output of no text"
+        ),
+        "CONSTRAIN-3[ignore_eos]": na(
+            "vLLM documents ignore_eos as generating on past EOS, and its structured outputs stop masking "
+            "once the grammar is complete: with both, the text goes on unconstrained (seen on vLLM 0.32), "
+            "and no vLLM document says which promise wins"
+        ),
         "SAMPLE-5[top_p=0]": na("top_p = 0 reads as unset"),
         "SAMPLE-5[repetition_penalty=11]": na("vLLM puts no upper bound on repetition_penalty"),
         "SAMPLE-5[top_logprobs-without-return_logprobs]": na("one logprobs field: a count means logprobs on"),

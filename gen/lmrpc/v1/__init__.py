@@ -12,6 +12,8 @@ __all__ = (
     "Capabilities",
     "ChatInput",
     "ChatMessage",
+    "Choices",
+    "Constraint",
     "ControlServiceBase",
     "ControlServiceStub",
     "DetokenizeRequest",
@@ -34,6 +36,7 @@ __all__ = (
     "GetServerInfoResponse",
     "InferenceServiceBase",
     "InferenceServiceStub",
+    "JsonObject",
     "ListModelsRequest",
     "ListModelsResponse",
     "Load",
@@ -428,6 +431,12 @@ class Capabilities(betterproto2.Message):
     ControlService.UpdateWeights is served (ADMIN-2). Added in contract revision 3.
     """
 
+    constrained_decoding: "bool" = betterproto2.field(35, betterproto2.TYPE_BOOL)
+    """
+    GenerateRequest.constraint is honoured, each of its kinds (CONSTRAIN-1..3). Added in contract
+    revision 5.
+    """
+
 
 default_message_pool.register_message("lmrpc.v1", "Capabilities", Capabilities)
 
@@ -470,6 +479,63 @@ class ChatMessage(betterproto2.Message):
 
 
 default_message_pool.register_message("lmrpc.v1", "ChatMessage", ChatMessage)
+
+
+@dataclass(eq=False, repr=False)
+class Choices(betterproto2.Message):
+    """
+    The strings an output may be (Constraint.choice): at least one, none empty.
+    """
+
+    choices: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The strings, each a whole output.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "Choices", Choices)
+
+
+@dataclass(eq=False, repr=False)
+class Constraint(betterproto2.Message):
+    """
+    A constraint on the text of every output. Exactly one member MUST be set; one that does not
+    parse is INVALID_ARGUMENT naming it (CONSTRAIN-2).
+
+    Oneofs:
+        - kind: The kind of constraint and its definition.
+    """
+
+    json_schema: "str | None" = betterproto2.field(1, betterproto2.TYPE_STRING, optional=True, group="kind")
+    """
+    A JSON document valid against this JSON Schema (the schema as JSON text).
+    """
+
+    json_object: "JsonObject | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, optional=True, group="kind"
+    )
+    """
+    Any JSON object.
+    """
+
+    regex: "str | None" = betterproto2.field(3, betterproto2.TYPE_STRING, optional=True, group="kind")
+    """
+    A text this regular expression matches as a whole.
+    """
+
+    ebnf: "str | None" = betterproto2.field(4, betterproto2.TYPE_STRING, optional=True, group="kind")
+    """
+    A sentence of this grammar in EBNF: rules `name ::= expression`, the start rule `root`,
+    strings in double quotes, character classes, `|`, `*`, `+`, `?` and parentheses.
+    """
+
+    choice: "Choices | None" = betterproto2.field(5, betterproto2.TYPE_MESSAGE, optional=True, group="kind")
+    """
+    Exactly one of these strings.
+    """
+
+
+default_message_pool.register_message("lmrpc.v1", "Constraint", Constraint)
 
 
 @dataclass(eq=False, repr=False)
@@ -736,6 +802,13 @@ class GenerateRequest(betterproto2.Message):
     Capabilities.special_token_parsing. Added in contract revision 2.
     """
 
+    constraint: "Constraint | None" = betterproto2.field(9, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    What every output must be (CONSTRAIN-1): a text the constraint accepts, or, when it ends
+    LENGTH, a prefix of one. Only with Capabilities.constrained_decoding (UNIMPLEMENTED otherwise,
+    CAP-1). Absent: no constraint. Added in contract revision 5.
+    """
+
 
 default_message_pool.register_message("lmrpc.v1", "GenerateRequest", GenerateRequest)
 
@@ -877,6 +950,18 @@ class GetServerInfoResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("lmrpc.v1", "GetServerInfoResponse", GetServerInfoResponse)
+
+
+@dataclass(eq=False, repr=False)
+class JsonObject(betterproto2.Message):
+    """
+    Any JSON object (Constraint.json_object): the message has no fields.
+    """
+
+    pass
+
+
+default_message_pool.register_message("lmrpc.v1", "JsonObject", JsonObject)
 
 
 @dataclass(eq=False, repr=False)

@@ -50,9 +50,12 @@ class StrictDecoder:
 
     def __init__(self, descriptor_sets: Iterable[bytes]) -> None:
         self._pool = descriptor_pool.DescriptorPool()
+        seen: set[str] = set()  # a well-known file (google/protobuf/*.proto) is in every set using it
         for serialized in descriptor_sets:
             for file in descriptor_pb2.FileDescriptorSet.FromString(serialized).file:
-                self._pool.Add(file)
+                if file.name not in seen:
+                    seen.add(file.name)
+                    self._pool.Add(file)
         self._specs: dict[type, MessageSpec] = {}
 
     def spec(self, message_type: type) -> MessageSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .abort_faults import ABORT_FAULTS
 from .base import Mutant
+from .constraints import CONSTRAINT_MUTANTS
 from .control_rpcs import CONTROL_MUTANTS
 from .correct_variants import CORRECT_VARIANTS
 from .requests import REQUEST_MUTANTS
@@ -23,6 +24,7 @@ MUTANTS: tuple[type[Mutant], ...] = (
     *STREAM_FAULTS,
     *SERVER_FAULTS,
     *REVISION_3_MUTANTS,
+    *CONSTRAINT_MUTANTS,
     *CORRECT_VARIANTS,
 )
 

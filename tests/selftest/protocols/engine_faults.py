@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import betterproto2
@@ -360,6 +360,40 @@ class EosIdsWrong(EngineProxy):
         return reply
 
 
+def _abort_ids(request: Any) -> list[str]:
+    """The ids an engine protocol's Abort names: vLLM's a list, SGLang's one."""
+    return list(getattr(request, "request_ids", None) or [request.request_id])
+
+
+class AbortMatchesPrefix(EngineProxy):
+    """An Abort of an id also aborts every request in flight whose id starts with it (SGLang once
+    matched request ids by prefix)."""
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "abort":
+            ids = _abort_ids(request)
+            for rid in [r for r in self.calls if any(r != i and r.startswith(i) for i in ids)]:
+                await super().unary(method, self.abort_request(rid))
+        return await super().unary(method, request)
+
+    def abort_request(self, rid: str) -> Any:
+        request = self.module.AbortRequest()
+        if hasattr(request, "request_ids"):
+            request.request_ids = [rid]
+        else:
+            request.request_id = rid
+        return request
+
+
+class AbortFirstIdOnly(EngineProxy):
+    """vLLM's Abort takes a list; this one aborts its first id only."""
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "abort" and len(getattr(request, "request_ids", None) or []) > 1:
+            request = type(request)(request_ids=list(request.request_ids)[:1])
+        return await super().unary(method, request)
+
+
 class AbortAlwaysSucceeds(EngineProxy):
     """SGLang's Abort answers success = true for every id, in flight or not."""
 
@@ -390,6 +424,67 @@ class Unhealthy(EngineProxy):
         if method == "health_check":
             reply.healthy = False
         return reply
+
+
+class HealthCheckSlow(EngineProxy):
+    """HealthCheck answers healthy, after 3 s: a probe with a short deadline takes the server out."""
+
+    async def unary(self, method: str, request: Any) -> Any:
+        if method == "health_check":
+            await asyncio.sleep(3.0)
+        return await super().unary(method, request)
+
+
+# what a dropped constraint fails: every shape, every refusal, the combinations that end in a shape;
+# CONSTRAIN-3[greedy] and [seeded] compare runs, which agree without a constraint as well
+CONSTRAINT_DROPPED = frozenset(
+    {
+        "CONSTRAIN-1[choice]",
+        "CONSTRAIN-1[ebnf]",
+        "CONSTRAIN-1[json_object]",
+        "CONSTRAIN-1[json_schema]",
+        "CONSTRAIN-1[regex]",
+        "CONSTRAIN-2[constraint.choice=empty-string]",
+        "CONSTRAIN-2[constraint.choice=none]",
+        "CONSTRAIN-2[constraint.ebnf=no-root]",
+        "CONSTRAIN-2[constraint.ebnf=unterminated]",
+        "CONSTRAIN-2[constraint.json_schema=not-json]",
+        "CONSTRAIN-2[constraint.regex=unbalanced]",
+        "CONSTRAIN-3[ignore_eos]",
+        "CONSTRAIN-3[n=4]",
+        "CONSTRAIN-3[stop-string]",
+        "CONSTRAIN-4[remote-ref]",
+    }
+)
+
+
+class ConstraintDropped(EngineProxy):
+    """The request's structured-output constraint is dropped before the engine sees it (the dialect
+    forgets the field): outputs are free text, and an invalid constraint is accepted."""
+
+    async def upstream_stream(self, method: str, request: Any, deadline: Any) -> AsyncGenerator[Any]:
+        params = getattr(request, "sampling_params", None)
+        if params is not None:
+            drop_constraint(params)
+        async for reply in super().upstream_stream(method, request, deadline):
+            yield reply
+
+
+def drop_constraint(params: Any) -> None:
+    """Clear the constraint oneof (vLLM, SGLang's scheduler) and SGLang's runtime fields."""
+    with contextlib.suppress(ValueError, KeyError):
+        member, _ = betterproto2.which_one_of(params, "constraint")
+        if member:
+            setattr(params, member, None)
+    for name in ("guided_decoding", "json_schema", "regex"):
+        if hasattr(params, name) and getattr(params, name) is not None and not _in_oneof(params, name):
+            setattr(params, name, None)
+
+
+def _in_oneof(params: Any, name: str) -> bool:
+    with contextlib.suppress(ValueError, KeyError):
+        return betterproto2.which_one_of(params, "constraint")[0] == name
+    return False
 
 
 class UnhealthyWhileBusy(EngineProxy):

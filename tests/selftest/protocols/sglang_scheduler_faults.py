@@ -13,12 +13,18 @@ class LastChunkLost(f.LastChunkLost, SglangSchedulerProxy):
     expected = frozenset(
         {
             "ABORT-1[mixed]",
+            "ABORT-1[prefix-id]",
             "ABORT-2[mid-stream]",
+            "ABORT-2[several-ids]",
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
+            "CONSTRAIN-1[choice]",
+            "CONSTRAIN-1[ebnf]",
+            "CONSTRAIN-3[stop-string]",
             "FINISH-2",
             "N-1",
             "STOP-3",
+            "STOP-3[n=2]",
             "STOP-5[default]",
             "STREAM-7",
             "STREAM-8[greedy]",
@@ -47,9 +53,18 @@ class CumulativeIds(f.CumulativeIds, SglangSchedulerProxy):
     expected = frozenset(
         {
             "ABORT-1[mixed]",
+            "ABORT-1[prefix-id]",
             "ABORT-2[mid-stream]",
+            "ABORT-2[several-ids]",
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
+            "CONSTRAIN-1[choice]",
+            "CONSTRAIN-1[ebnf]",
+            "CONSTRAIN-1[json_object]",
+            "CONSTRAIN-1[json_schema]",
+            "CONSTRAIN-1[regex]",
+            "CONSTRAIN-3[ignore_eos]",
+            "CONSTRAIN-3[stop-string]",
             "FINISH-6[stop-at-max-tokens]",
             "STREAM-2",
             "STREAM-7",
@@ -66,9 +81,11 @@ class CompletionCountsPrompt(f.CompletionCountsPrompt, SglangSchedulerProxy):
     expected = frozenset(
         {
             "ABORT-1[mixed]",
+            "ABORT-1[prefix-id]",
             "ABORT-2[before-first-token]",
             "ABORT-2[mid-stream]",
             "ABORT-2[right-after-send]",
+            "ABORT-2[several-ids]",
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
             "FINISH-2",
@@ -105,9 +122,11 @@ class DuplicateComplete(f.DuplicateComplete, SglangSchedulerProxy):
     expected = frozenset(
         {
             "ABORT-1[mixed]",
+            "ABORT-1[prefix-id]",
             "ABORT-2[before-first-token]",
             "ABORT-2[mid-stream]",
             "ABORT-2[right-after-send]",
+            "ABORT-2[several-ids]",
             "FINISH-1",
             "FINISH-1[stateful]",
             "FINISH-3",
@@ -146,6 +165,11 @@ class IndexCollapsed(f.IndexCollapsed, SglangSchedulerProxy):
         {
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
+            "CONSTRAIN-1[choice]",
+            "CONSTRAIN-1[ebnf]",
+            "CONSTRAIN-1[json_object]",
+            "CONSTRAIN-1[json_schema]",
+            "CONSTRAIN-1[regex]",
             "FINISH-1",
             "FINISH-1[stateful]",
             "FINISH-2",
@@ -154,6 +178,7 @@ class IndexCollapsed(f.IndexCollapsed, SglangSchedulerProxy):
             "N-1[n=2]",
             "N-1[n=4]",
             "SAMPLE-2[n]",
+            "STOP-3[n=2]",
             "STREAM-2",
             "STREAM-7",
             "STREAM-8[greedy]",
@@ -300,6 +325,7 @@ class AbortAlwaysSucceeds(f.AbortAlwaysSucceeds, SglangSchedulerProxy):
             "ABORT-1[finished-then-reused]",
             "ABORT-1[finished]",
             "ABORT-1[mixed]",
+            "ABORT-1[prefix-id]",
             "ABORT-1[twice-while-ending]",
             "ABORT-1[twice]",
             "ABORT-1[unknown]",
@@ -336,6 +362,27 @@ class KvBlocksReversed(f.KvBlocksReversed, SglangSchedulerProxy):
     expected = frozenset({"SMG-6[stored]", "SMG-6[replay]", "SMG-6[cleared]"})
 
 
+class AbortMatchesPrefix(f.AbortMatchesPrefix, SglangSchedulerProxy):
+    name = "sglang-abort-matches-prefix"
+    expected = frozenset({"ABORT-1[prefix-id]"})
+
+
+class HealthCheckSlow(f.HealthCheckSlow, SglangSchedulerProxy):
+    name = "sglang-health-check-slow"
+    expected = frozenset({"SMG-4", "SMG-4[in-flight]"})
+
+
+class ConstraintDropped(f.ConstraintDropped, SglangSchedulerProxy):
+    name = "sglang-constraint-dropped"
+    # SGLang's scheduler protocol has no choice kind (the driver sends a regex, so no empty choice
+    # reaches it) and no seed (CONSTRAIN-3[n=4] skips)
+    expected = f.CONSTRAINT_DROPPED - {
+        "CONSTRAIN-2[constraint.choice=empty-string]",
+        "CONSTRAIN-2[constraint.choice=none]",
+        "CONSTRAIN-3[n=4]",
+    }
+
+
 SGLANG_SCHEDULER_MUTANTS: tuple[type[SglangSchedulerProxy], ...] = (
     LastChunkLost,
     CumulativeIds,
@@ -363,4 +410,7 @@ SGLANG_SCHEDULER_MUTANTS: tuple[type[SglangSchedulerProxy], ...] = (
     CompleteRepeatsAll,
     KvClearedDropped,
     KvBlocksReversed,
+    AbortMatchesPrefix,
+    HealthCheckSlow,
+    ConstraintDropped,
 )

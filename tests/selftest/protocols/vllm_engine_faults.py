@@ -22,6 +22,7 @@ class LastChunkLost(f.LastChunkLost, VllmEngineProxy):
             "N-1[n=4]",
             "SMG-2[eos]",
             "STOP-3",
+            "STOP-3[n=2]",
             "STOP-4[eos]",
             "STOP-4[ignore_eos]",
             "STOP-5[default]",
@@ -43,6 +44,14 @@ class CumulativeIds(f.CumulativeIds, VllmEngineProxy):
     name = "vllm-cumulative-ids"
     expected = frozenset(
         {
+            "CONSTRAIN-1[choice]",
+            "CONSTRAIN-1[ebnf]",
+            "CONSTRAIN-1[json_object]",
+            "CONSTRAIN-1[json_schema]",
+            "CONSTRAIN-1[regex]",
+            "CONSTRAIN-3[ignore_eos]",
+            "CONSTRAIN-3[n=4]",
+            "CONSTRAIN-3[stop-string]",
             "FINISH-6",
             "FINISH-6[ignore_eos]",
             "STOP-4[ignore_eos]",
@@ -92,9 +101,11 @@ class DuplicateComplete(f.DuplicateComplete, VllmEngineProxy):
     name = "vllm-duplicate-complete"
     expected = frozenset(
         {
+            "ABORT-1[prefix-id]",
             "ABORT-2[before-first-token]",
             "ABORT-2[mid-stream]",
             "ABORT-2[right-after-send]",
+            "ABORT-2[several-ids]",
             "FINISH-1",
             "FINISH-1[stateful]",
             "FINISH-3",
@@ -132,6 +143,12 @@ class IndexCollapsed(f.IndexCollapsed, VllmEngineProxy):
         {
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
+            "CONSTRAIN-1[choice]",
+            "CONSTRAIN-1[ebnf]",
+            "CONSTRAIN-1[json_object]",
+            "CONSTRAIN-1[json_schema]",
+            "CONSTRAIN-1[regex]",
+            "CONSTRAIN-3[n=4]",
             "FINISH-1",
             "FINISH-1[stateful]",
             "FINISH-3",
@@ -144,6 +161,7 @@ class IndexCollapsed(f.IndexCollapsed, VllmEngineProxy):
             "SAMPLE-3[per-output]",
             "SAMPLE-6",
             "SAMPLE-7[seeded-n]",
+            "STOP-3[n=2]",
             "STREAM-2",
             "USAGE-5",
         }
@@ -313,6 +331,26 @@ class KvReplayIgnoresCursor(f.KvReplayIgnoresCursor, VllmEngineProxy):
     expected = frozenset({"SMG-6[replay]", "SMG-6[cleared]"})
 
 
+class AbortMatchesPrefix(f.AbortMatchesPrefix, VllmEngineProxy):
+    name = "vllm-abort-matches-prefix"
+    expected = frozenset({"ABORT-1[prefix-id]"})
+
+
+class AbortFirstIdOnly(f.AbortFirstIdOnly, VllmEngineProxy):
+    name = "vllm-abort-first-id-only"
+    expected = frozenset({"ABORT-2[several-ids]"})
+
+
+class HealthCheckSlow(f.HealthCheckSlow, VllmEngineProxy):
+    name = "vllm-health-check-slow"
+    expected = frozenset({"SMG-4", "SMG-4[in-flight]"})
+
+
+class ConstraintDropped(f.ConstraintDropped, VllmEngineProxy):
+    name = "vllm-constraint-dropped"
+    expected = f.CONSTRAINT_DROPPED
+
+
 VLLM_ENGINE_MUTANTS: tuple[type[VllmEngineProxy], ...] = (
     LastChunkLost,
     CumulativeIds,
@@ -339,4 +377,8 @@ VLLM_ENGINE_MUTANTS: tuple[type[VllmEngineProxy], ...] = (
     CompleteRepeatsAll,
     KvBatchSkipped,
     KvReplayIgnoresCursor,
+    AbortMatchesPrefix,
+    AbortFirstIdOnly,
+    HealthCheckSlow,
+    ConstraintDropped,
 )

@@ -27,6 +27,7 @@ def row(
     output: list[int] | None = None,
     masked: tuple[int, ...] = (),
     top_logprobs: int | None = None,
+    allowed: list[int] | None = None,
 ) -> SampleRow:
     return SampleRow(
         logits_row,
@@ -36,7 +37,14 @@ def row(
         output or [],
         masked,
         top_logprobs,
+        None if allowed is None else allowed_mask(allowed),
     )
+
+
+def allowed_mask(ids: list[int], vocab: int = 6) -> torch.Tensor:
+    mask = torch.zeros(vocab, dtype=torch.bool)
+    mask[ids] = True
+    return mask
 
 
 LOGITS = torch.tensor([[1.0, 3.0, 2.0, 3.0, -1.0, 0.5]])
@@ -98,3 +106,39 @@ def test_logprobs_are_from_raw_logits() -> None:
     assert [t for t, _ in got.logprob.top] in ([1, 3, 2], [3, 1, 2])
     assert sample(LOGITS, [row(cfg(), top_logprobs=0)])[0].logprob.top == []  # type: ignore[union-attr]
     assert sample(LOGITS, [row(cfg())])[0].logprob is None
+
+
+def test_a_constrained_row_samples_only_what_its_grammar_allows() -> None:
+    assert sample(LOGITS, [row(cfg(), allowed=[0, 4])])[0].token_id == 0
+    for seed in range(30):
+        for options in ({}, {"top_k": 1}, {"top_p": 0.5}, {"min_p": 0.5}):
+            got = sample(LOGITS, [row(cfg(1.5, **options), seed=seed, allowed=[2, 4, 5])])[0].token_id
+            assert got in (2, 4, 5)
+
+
+def test_min_tokens_masks_inside_the_grammar_but_never_empties_it() -> None:
+    # EOS (4) is masked below min_tokens while the grammar allows something else...
+    assert sample(LOGITS, [row(cfg(), masked=(4,), allowed=[4, 5])])[0].token_id == 5
+    # ...and a grammar that allows only EOS (complete) ends the output anyway (CONSTRAIN-1)
+    assert sample(LOGITS, [row(cfg(), masked=(4,), allowed=[4])])[0].token_id == 4
+    assert sample(LOGITS, [row(cfg(1.0), masked=(4,), allowed=[4])])[0].token_id == 4
+
+
+def test_a_constrained_neighbour_changes_no_other_row() -> None:
+    """CONSTRAIN-4: an unconstrained row gets the same token beside a constrained row, and a
+    constrained row the same token whatever its neighbours."""
+    torch.manual_seed(1)
+    logits = torch.randn(3, 50)
+    allowed = list(range(0, 50, 7))
+
+    def plain() -> SampleRow:
+        return row(cfg(0.9, top_p=0.9), seed=42, logits_row=0, top_logprobs=2)
+
+    def constrained() -> SampleRow:
+        mask = allowed_mask(allowed, vocab=50)
+        return SampleRow(1, cfg(1.0), torch.Generator().manual_seed(3), [], [], (7,), None, mask)
+
+    together = sample(logits, [constrained(), plain(), row(cfg(), logits_row=2)])
+    assert together[1] == sample(logits, [plain()])[0]
+    assert together[0] == sample(logits, [constrained()])[0]
+    assert together[0].token_id in allowed and together[0].token_id != 7

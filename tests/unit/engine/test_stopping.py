@@ -46,3 +46,15 @@ def test_min_tokens_suppresses_stop_tokens_and_eos_unless_ignored() -> None:
     assert suppressed_ids(config, EOS, 2) == (9, 2, 7)
     assert suppressed_ids(config, EOS, 3) == ()
     assert suppressed_ids(stopping(min_tokens=3, stop_token_ids=(9,), ignore_eos=True), EOS, 1) == (9,)
+
+
+def test_a_complete_constraint_ends_with_its_eos_whatever_ignore_eos_says() -> None:
+    def done(config: StoppingConfig, token_id: int) -> Finish | None:
+        return finish_after(
+            config, EOS, token_id, num_output_tokens=1, num_tokens=11, max_context_tokens=100,
+            constraint_complete=True,
+        )  # fmt: skip
+
+    assert done(stopping(ignore_eos=True), 2) == Finish("stop", eos_token_id=2)
+    assert done(stopping(ignore_eos=True, min_tokens=3), 7) == Finish("stop", eos_token_id=7)
+    assert done(stopping(stop_token_ids=(2,)), 2) == Finish("stop", stop_token_id=2)  # FINISH-5 still

@@ -8,18 +8,26 @@ ignored; what lmrpc.v1 checks itself is left to its validation behind the dialec
 
 from __future__ import annotations
 
-from collections.abc import Sized
-from typing import Protocol, cast
+from collections.abc import Mapping, Sized
+from typing import Protocol
 
 import betterproto2
 from grpclib import GRPCError, Status
 
-from lmrpc.v1 import GenerateRequest, ResponseOptions, SamplingParams, StoppingCriteria
+from lmrpc.v1 import (
+    Choices,
+    Constraint,
+    GenerateRequest,
+    JsonObject,
+    ResponseOptions,
+    SamplingParams,
+    StoppingCriteria,
+)
 
 
 class DialectSampling(Protocol):
-    """A dialect's sampling message: a ``constraint`` oneof and a ``logit_bias`` map (keyed by
-    token id, as an int or a string, depending on the dialect; only its emptiness matters)."""
+    """A dialect's sampling message with a ``logit_bias`` map (keyed by token id, as an int or a
+    string, depending on the dialect; only its emptiness matters)."""
 
     @property
     def logit_bias(self) -> Sized: ...
@@ -29,12 +37,28 @@ def unimplemented(field: str, why: str) -> GRPCError:
     return GRPCError(Status.UNIMPLEMENTED, f"{field} is not supported by this server: {why}")
 
 
-def refuse_constraint_and_logit_bias(params: DialectSampling) -> None:
-    constraint, _ = betterproto2.which_one_of(cast(betterproto2.Message, params), "constraint")
-    if constraint:
-        raise unimplemented(f"sampling_params.{constraint}", "no structured-output constraints")
+def refuse_logit_bias(params: DialectSampling) -> None:
     if params.logit_bias:
         raise unimplemented("sampling_params.logit_bias", "no logit bias")
+
+
+def constraint_of(params: betterproto2.Message, kinds: Mapping[str, str]) -> Constraint | None:
+    """lmrpc.v1's constraint for a dialect's ``constraint`` oneof; ``kinds`` maps the dialect's member
+    names to lmrpc's kinds. A member lmrpc has no kind for (``structural_tag``) is UNIMPLEMENTED; a
+    ``json_object`` flag that is false is no constraint."""
+    member, value = betterproto2.which_one_of(params, "constraint")
+    if not member:
+        return None
+    kind = kinds.get(member)
+    if kind is None:
+        raise unimplemented(
+            f"sampling_params.{member}", "constraints are JSON schema, JSON object, regex, EBNF or choice"
+        )
+    if kind == "json_object":
+        return Constraint(json_object=JsonObject()) if value else None
+    if kind == "choice":
+        return Constraint(choice=Choices(list(getattr(value, "choices", []))))
+    return Constraint(**{kind: value})
 
 
 def check_one_data_parallel_rank(field: str, rank: int | None) -> None:

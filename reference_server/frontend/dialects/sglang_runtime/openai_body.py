@@ -133,14 +133,25 @@ class Body:
         return value
 
 
-def require_served_model(body: Body, served: str) -> None:
-    """``model``, when given, names the model that answers the call; another is the OpenAI API's
-    404 (model_not_found), never silently served by this one."""
+DEFAULT_MODEL = "default"  # SGLang's DEFAULT_MODEL_NAME: a body without ``model`` names this
+
+
+def requested_model(body: Body, served: str) -> str:
+    """``model`` as SGLang 0.5.23 reads it (``serving_base.py``, ``_parse_model_parameter``): any
+    name is served by the one model, and the answer repeats the name asked for (``"default"``
+    when there is none). Only ``base:adapter`` means something more, a LoRA adapter (the served
+    name itself may contain ``:``): this server has none, so that is UNIMPLEMENTED naming it."""
     name = body.string("model")
-    if name is not None and served and name != served:  # no such model at all: the RPC says so
-        raise OpenAIError(
-            f"model={name!r} does not exist here: this call is served by {served!r}", "model", NOT_FOUND
-        )
+    if name is None:
+        return DEFAULT_MODEL
+    if ":" in name and name != served:
+        prefix = f"{served}:"
+        adapter = name[len(prefix) :] if name.startswith(prefix) else name.split(":", 1)[1]
+        if adapter.strip():
+            raise unimplemented(
+                f"model={name!r}", f"no LoRA adapters (SGLang reads {adapter.strip()!r} as one)"
+            )
+    return name
 
 
 def unimplemented(param: str, why: str) -> GRPCError:

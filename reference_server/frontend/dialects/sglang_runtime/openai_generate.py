@@ -16,10 +16,13 @@ OpenAI API returns:
 ``finish_reason`` is ``stop``, ``length`` or, as in SGLang, ``abort``; each finished choice also
 carries SGLang's ``matched_stop`` (the stop string, or the stop or EOS token id). ``id`` is the
 request id (``rid`` when the body names one), so Abort can name an OpenAI request too.
+``response_format`` (chat) and SGLang's ``regex``, ``ebnf`` and ``json_schema`` become lmrpc's
+constraint; tool calls are refused (no tool-call parser).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -31,8 +34,10 @@ import betterproto2
 from lmrpc.v1 import (
     ChatInput,
     ChatMessage,
+    Constraint,
     GenerateRequest,
     GenerateResponse,
+    JsonObject,
     OutputFinished,
     ResponseOptions,
     SamplingParams,
@@ -64,6 +69,7 @@ OPENAI_FIELD_NAMES = (
     ("chat: ", "messages: "),
 )
 
+CONSTRAINT_PARAMETERS = ("regex", "ebnf", "json_schema")  # SGLang's own, beside response_format
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty")
 COMMON_PARAMETERS = (
     *SAMPLING, "model", "n", "seed", "stop", "stream", "stream_options", "user", "logit_bias",
@@ -107,6 +113,7 @@ def chat_generation(body: Body) -> OpenAIGeneration:
     top_logprobs = (top or 0) if logprobs else None
     request = _lmrpc_request(body, max_tokens, top_logprobs)
     request.chat = ChatInput(messages=messages)
+    request.constraint = _constraint(body, _response_format(body))
     return OpenAIGeneration(request, body.boolean("stream", False), _include_usage(body), top_logprobs)
 
 
@@ -126,6 +133,7 @@ def completion_generation(body: Body, decode: Callable[[list[int]], str]) -> Ope
     request = _lmrpc_request(
         body, COMPLETIONS_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, logprobs
     )
+    request.constraint = _constraint(body, None)
     prompt = _one_prompt(body.values.get("prompt"))
     if isinstance(prompt, str):
         request.text = prompt
@@ -175,6 +183,40 @@ def _lmrpc_request(body: Body, max_tokens: int | None, top_logprobs: int | None)
     )
 
 
+def _response_format(body: Body) -> Constraint | None:
+    """Chat's ``response_format``: a JSON schema (``json_schema.schema``), any JSON object, or text."""
+    response_format = body.mapping("response_format")
+    kind = response_format.get("type", "text") if response_format else "text"
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Constraint(json_object=JsonObject())
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict | bool):
+            raise OpenAIError("response_format.json_schema.schema must be a JSON Schema", "response_format")
+        return Constraint(json_schema=json.dumps(schema))
+    raise unimplemented(f"response_format.type={kind!r}", "JSON schema, JSON object or text only")
+
+
+def _constraint(body: Body, response_format: Constraint | None) -> Constraint | None:
+    """At most one of ``response_format`` and SGLang's own ``regex``, ``ebnf``, ``json_schema``."""
+    given = [
+        Constraint(regex=body.string("regex")),
+        Constraint(ebnf=body.string("ebnf")),
+        Constraint(json_schema=body.string("json_schema")),
+    ]
+    given = [c for c, name in zip(given, CONSTRAINT_PARAMETERS, strict=True) if body.present(name)]
+    if response_format is not None:
+        given.append(response_format)
+    if len(given) > 1:
+        raise OpenAIError(
+            "only one of response_format, regex, ebnf and json_schema may be set", "response_format"
+        )
+    return given[0] if given else None
+
+
 def _include_usage(body: Body) -> bool:
     options = body.mapping("stream_options")
     include = options.get("include_usage", False)
@@ -186,9 +228,6 @@ def _include_usage(body: Body) -> bool:
 def _refuse_common(body: Body) -> None:
     if body.mapping("logit_bias"):
         raise unimplemented("logit_bias", "no logit bias")
-    for name in ("regex", "ebnf", "json_schema"):
-        if body.present(name):
-            raise unimplemented(name, "no structured-output constraints")
     if body.string("lora_path"):
         raise unimplemented("lora_path", "no LoRA adapters")
     if body.boolean("return_hidden_states", False):
@@ -200,9 +239,6 @@ def _refuse_chat_only(body: Body) -> None:
         raise unimplemented("tools", "no tool calls (the server has no tool-call parser)")
     if body.values.get("tool_choice") not in (None, "none", "auto"):
         raise unimplemented("tool_choice", "no tool calls (the server has no tool-call parser)")
-    response_format = body.mapping("response_format")
-    if response_format and response_format.get("type") != "text":
-        raise unimplemented(f"response_format.type={response_format.get('type')!r}", "no structured output")
     modalities = body.values.get("modalities")
     if modalities not in (None, ["text"]):
         raise unimplemented("modalities", "text output only")

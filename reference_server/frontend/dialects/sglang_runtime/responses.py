@@ -11,6 +11,7 @@ of its text (TextGenerate) or all of its token ids (Generate) so far. This serve
   cumulative content, its finish reason and ``finished = true``. Every output ends with exactly one
   ``finished = true`` response; the stream ends after the last output's;
 - final-only (``stream`` unset or false), each output is one response, ``finished = true``;
+- Generate with ``return_text`` (SGLang 0.5.23) carries the output's text so far in ``text`` too;
 - ``meta_info`` (``meta.py``) carries the output's ``index``: with n > 1 the outputs' responses
   interleave, and this protocol's messages have no other field to tell them apart.
 """
@@ -79,8 +80,16 @@ class TextTranslator(CumulativeTranslator[rt.TextGenerateResponse]):
         return rt.TextGenerateResponse(text=output.text, meta_info=meta_info, finished=finished)
 
 
+@dataclass
 class TokenTranslator(CumulativeTranslator[rt.GenerateResponse]):
+    return_text: bool = False  # the request's return_text: the text so far in ``text`` too
+
     def response(
         self, output: OutputSoFar, meta_info: dict[str, str], *, finished: bool
     ) -> rt.GenerateResponse:
-        return rt.GenerateResponse(output_ids=list(output.token_ids), meta_info=meta_info, finished=finished)
+        return rt.GenerateResponse(
+            output_ids=list(output.token_ids),
+            meta_info=meta_info,
+            finished=finished,
+            text=output.text if self.return_text else None,
+        )

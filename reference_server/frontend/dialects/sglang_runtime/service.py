@@ -9,6 +9,7 @@ every RPC and field, and says what the protocol cannot express.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import tempfile
@@ -37,10 +38,11 @@ from reference_server.frontend.dialects.base.service import Backend, DialectBase
 from reference_server.frontend.dialects.sglang_runtime import info
 from reference_server.frontend.dialects.sglang_runtime.meta import LogprobOptions, embedding_meta
 from reference_server.frontend.dialects.sglang_runtime.openai_body import (
+    DEFAULT_MODEL,
     Body,
     OpenAIError,
     parse_object,
-    require_served_model,
+    requested_model,
     unimplemented,
 )
 from reference_server.frontend.dialects.sglang_runtime.openai_embed import (
@@ -84,6 +86,18 @@ from reference_server.frontend.engine_admin import EngineAdmin
 SERVICE = "sglang.runtime.v1.SglangService"
 LOAD_FORMATS = ("auto", "gguf", "safetensors")
 PAUSE_MODES = ("abort", "retract", "in_place")  # SGLang's PauseGenerationReqInput.mode values
+#: SGLang 0.5.23's words for its server's refusals (its compiled gRPC server, _grpc.so)
+ABORT_NEEDS_RID = "Abort requires a non-empty rid unless abort_all is true"
+DETOKENIZE_NEGATIVE = "Detokenize tokens must be non-negative"
+CLASSIFY_NEEDS_INPUT = "Classify requires either text or input_ids"
+#: UpdateWeightsFromDisk's refusals that SGLang answers in the response (success = false)
+WEIGHT_REFUSALS = (
+    Status.INVALID_ARGUMENT,
+    Status.NOT_FOUND,
+    Status.FAILED_PRECONDITION,
+    Status.UNIMPLEMENTED,
+)
+ENGINE_STATE_POLL_S = 0.1  # how often WatchEngineState looks for a change of health or pause
 Cumulative = TypeVar("Cumulative", bound=CumulativeTranslator[Any])
 NO_CLASSIFIER = "it serves no classification model (only a generation model and an embedding model)"
 
@@ -99,11 +113,11 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
         return self._generate_options(message).request
 
     def translator(self, message: rt.GenerateRequest) -> TokenTranslator:
-        return self._translator(TokenTranslator, self._generate_options(message))
+        return self._token_translator(self._generate_options(message))
 
     async def generate(self, message: rt.GenerateRequest) -> AsyncIterator[rt.GenerateResponse]:
         options = self._generate_options(message)
-        translated = self.translated_generate(options.request, self._translator(TokenTranslator, options))
+        translated = self.translated_generate(options.request, self._token_translator(options))
         async for response in renamed(
             cast(AsyncGenerator[rt.GenerateResponse], translated), NATIVE_FIELD_NAMES
         ):
@@ -119,6 +133,11 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
 
     def _generate_options(self, message: rt.GenerateRequest) -> GenerateOptions:
         return generate_options(message, self.ctx.serving_engine().info.vocab_size)
+
+    def _token_translator(self, options: GenerateOptions) -> TokenTranslator:
+        translator = self._translator(TokenTranslator, options)
+        translator.return_text = options.return_text
+        return translator
 
     def _translator(self, kind: type[Cumulative], options: GenerateOptions) -> Cumulative:
         logprobs = None
@@ -157,6 +176,8 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
         return rt.EmbedResponse(embedding=values, meta_info=embedding_meta(rid, prompt_tokens))
 
     async def classify(self, message: rt.ClassifyRequest) -> rt.ClassifyResponse:
+        if not message.text and not message.input_ids:  # SGLang's check comes first
+            raise GRPCError(Status.INVALID_ARGUMENT, CLASSIFY_NEEDS_INPUT)
         raise unimplemented("Classify", NO_CLASSIFIER)
 
     async def _embedded(self, rpc: str, texts: list[str], rid: str | None = None) -> Embedded:
@@ -184,20 +205,46 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
         )
 
     async def detokenize(self, message: rt.DetokenizeRequest) -> rt.DetokenizeResponse:
+        """As SGLang's: the tokenizer's ``decode`` with special tokens kept, and ids outside the
+        vocabulary left out (a Hugging Face tokenizer decodes them to nothing)."""
         for i, token_id in enumerate(message.tokens):
             if token_id < 0:
-                raise GRPCError(Status.INVALID_ARGUMENT, f"tokens[{i}]={token_id} must be >= 0")
-        try:
-            response = await self.control.detokenize(
-                DetokenizeRequest(token_ids=list(message.tokens), skip_special_tokens=True)
-            )
-        except GRPCError as error:
-            raise _renamed_error(error, (("token_ids[", "tokens["),)) from None
+                raise GRPCError(Status.INVALID_ARGUMENT, f"{DETOKENIZE_NEGATIVE}: tokens[{i}]={token_id}")
+        vocab_size = self.ctx.serving_engine().info.vocab_size
+        known = [token_id for token_id in message.tokens if token_id < vocab_size]
+        response = await self.control.detokenize(
+            DetokenizeRequest(token_ids=known, skip_special_tokens=False)
+        )
         return rt.DetokenizeResponse(text=response.text)
 
     async def health_check(self, message: rt.HealthCheckRequest) -> rt.HealthCheckResponse:
         healthy, _ = self.health()
         return rt.HealthCheckResponse(healthy=healthy)
+
+    async def watch_engine_state(
+        self, message: rt.WatchEngineStateRequest
+    ) -> AsyncIterator[rt.EngineStateSnapshot]:
+        """SGLang's snapshot now, then a new one (the next revision) whenever health or the pause
+        changes, until the client goes away; ``instance_id`` is the server's start in Unix
+        nanoseconds, as SGLang's is its engine's. While the server is not healthy the snapshot
+        carries no discovery (there is no engine to describe)."""
+        instance_id = int(self.ctx.started_at_unix * 1e9)
+        revision = 0
+        seen: tuple[bool, bool] | None = None
+        while True:
+            healthy, _ = self.health()
+            paused = (await self.lmrpc_load()).paused if healthy else False
+            if (healthy, paused) != seen:
+                seen = (healthy, paused)
+                revision += 1
+                snapshot = rt.EngineStateSnapshot(
+                    instance_id=instance_id, revision=revision, healthy=healthy, is_pause=paused
+                )
+                if healthy:
+                    snapshot.model_info = await self.get_model_info(rt.GetModelInfoRequest())
+                    snapshot.server_info = await self.get_server_info(rt.GetServerInfoRequest())
+                yield snapshot
+            await asyncio.sleep(ENGINE_STATE_POLL_S)
 
     async def get_model_info(self, message: rt.GetModelInfoRequest) -> rt.GetModelInfoResponse:
         fields = await self.model_info_fields()
@@ -230,7 +277,7 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
         elif message.rid:
             await self.abort_request_ids([message.rid])
         else:
-            raise GRPCError(Status.INVALID_ARGUMENT, "rid must be set unless abort_all is true")
+            raise GRPCError(Status.INVALID_ARGUMENT, ABORT_NEEDS_RID)
         return rt.AbortResponse(success=True)
 
     async def flush_cache(self, message: rt.FlushCacheRequest) -> rt.FlushCacheResponse:
@@ -268,10 +315,9 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
     # ── OpenAI JSON pass-through ────────────────────────────────────────────────────────────
 
     async def chat_complete(self, message: rt.OpenAiRequest) -> AsyncIterator[rt.OpenAiStreamChunk]:
-        model = self.ctx.serving_engine().info.model_id
         try:
             body = Body(parse_object(message.json_body), CHAT_PARAMETERS)
-            require_served_model(body, model)
+            model = requested_model(body, self.ctx.serving_engine().info.model_id)
             generation = chat_generation(body)
         except OpenAIError as error:
             raise error.as_grpc() from None
@@ -283,11 +329,11 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
         engine = self.ctx.serving_engine()
         try:
             body = Body(parse_object(message.json_body), COMPLETION_PARAMETERS)
-            require_served_model(body, engine.info.model_id)
+            model = requested_model(body, engine.info.model_id)
             generation = completion_generation(body, engine.tokenizer.decode)
         except OpenAIError as error:
             raise error.as_grpc() from None
-        answer = CompletionAnswer(generation, engine.info.model_id, self._token_text)
+        answer = CompletionAnswer(generation, model, self._token_text)
         async for chunk in self._openai_chunks(generation, answer):
             yield chunk
 
@@ -301,13 +347,15 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
                     yield rt.OpenAiStreamChunk(json_chunk=json.dumps(chunk).encode(), finished=False)
         if generation.stream:
             yield rt.OpenAiStreamChunk(json_chunk=b"", finished=True)  # SGLang's end of a stream
-        else:
-            yield rt.OpenAiStreamChunk(json_chunk=json.dumps(answer.body()).encode(), finished=True)
+        else:  # SGLang's bridge gives the whole answer its HTTP status
+            yield rt.OpenAiStreamChunk(
+                json_chunk=json.dumps(answer.body()).encode(), finished=True, status_code=200
+            )
 
     async def open_ai_embed(self, message: rt.OpenAiRequest) -> rt.OpenAiResponse:
         try:
             body = Body(parse_object(message.json_body), EMBED_PARAMETERS)
-            require_served_model(body, self._embedding_model_id())
+            requested_model(body, self._embedding_model_id())  # SGLang answers its own model's path
             request = embeddings_request(body)
             embedded = await self._openai_embedded("OpenAIEmbed", request.texts)
             return _ok(embeddings_body(request, embedded, self._embedding_model_id()))
@@ -320,17 +368,17 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
     async def score(self, message: rt.OpenAiRequest) -> rt.OpenAiResponse:
         try:
             body = Body(parse_object(message.json_body), SCORE_PARAMETERS)
-            require_served_model(body, self._embedding_model_id())
+            model = body.string("model") or DEFAULT_MODEL  # SGLang's score repeats it, unread
             ranking = score_request(body)
             embedded = await self._openai_embedded("Score", [ranking.query, *ranking.texts])
-            return _ok(score_body(ranking, embedded, self._embedding_model_id()))
+            return _ok(score_body(ranking, embedded, model))
         except OpenAIError as error:
             return rt.OpenAiResponse(json_body=error.body(), status_code=error.status_code)
 
     async def rerank(self, message: rt.OpenAiRequest) -> rt.OpenAiResponse:
         try:
             body = Body(parse_object(message.json_body), RERANK_PARAMETERS)
-            require_served_model(body, self._embedding_model_id())
+            body.string("model")  # SGLang's rerank body has no model: any string is let through
             request = rerank_request(body)
             ranking = request.ranking
             embedded = await self._openai_embedded("Rerank", [ranking.query, *ranking.texts])
@@ -364,14 +412,22 @@ class SglangRuntimeService(DialectBase[rt.GenerateRequest, rt.GenerateResponse],
 
     async def update_weights_from_disk(self, message: rt.UpdateWeightsRequest) -> rt.UpdateWeightsResponse:
         """Reloads the weights in the scheduler between two engine steps; streams in flight go
-        on. A refusal is a status, the weights served unchanged: INVALID_ARGUMENT (no path, or
-        not a loadable model), NOT_FOUND (no such path), FAILED_PRECONDITION (another shape),
-        UNIMPLEMENTED (a load_format other than auto, gguf or safetensors)."""
-        path = message.model_path
-        if not path:
-            raise GRPCError(Status.INVALID_ARGUMENT, "model_path must name a .gguf file or a model directory")
-        check_load_format(message.load_format, path)
-        return rt.UpdateWeightsResponse(success=True, message=(await self.admin.update_weights(path)).message)
+        on. As in SGLang, a load that cannot happen is an answer, not a status: ``success =
+        false`` and the reason in ``message`` (no path, no such path, not a loadable model,
+        another shape, a load_format this server does not read), the weights served unchanged."""
+        try:
+            path = message.model_path
+            if not path:
+                raise GRPCError(
+                    Status.INVALID_ARGUMENT, "model_path='' must name a .gguf file or a model directory"
+                )
+            check_load_format(message.load_format, path)
+            loaded = await self.admin.update_weights(path)
+        except GRPCError as error:
+            if error.status not in WEIGHT_REFUSALS:
+                raise
+            return rt.UpdateWeightsResponse(success=False, message=error.message or error.status.name)
+        return rt.UpdateWeightsResponse(success=True, message=loaded.message)
 
 
 def check_load_format(load_format: str | None, path: str) -> None:

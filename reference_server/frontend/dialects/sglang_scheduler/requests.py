@@ -8,8 +8,9 @@ sentinels are SGLang's own: ``top_k = -1`` disables top-k (0 does too, as in lmr
 runs with the server's defaults. There is no seed: every request samples with a seed the server
 picks, and no response reports it.
 
-Options the server cannot honour answer UNIMPLEMENTED naming the field, never silently ignored:
-structured-output constraints, logit bias, custom parameters and logit processors, prompt
+The constraints ``json_schema``, ``regex`` and ``ebnf_grammar`` become lmrpc's constraint. Options
+the server cannot honour answer UNIMPLEMENTED naming the field, never silently ignored:
+``structural_tag``, logit bias, custom parameters and logit processors, prompt
 logprobs (``logprob_start_len >= 0`` with ``return_logprob``), ``token_ids_logprob``, hidden
 states, input embeddings, LoRA, prefill/decode disaggregation, multimodal inputs, and
 ``max_new_tokens = 0`` (a prefill-only request). Accepted with no effect, each for a reason:
@@ -27,13 +28,16 @@ from lmrpc._gen.sglang.grpc import scheduler as sglang
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 from reference_server.frontend.dialects.base.requests import (
     check_one_data_parallel_rank,
-    refuse_constraint_and_logit_bias,
+    constraint_of,
+    refuse_logit_bias,
     stopping,
     token_ids_request,
     unimplemented,
 )
 
 TOP_K_DISABLED = -1
+# SGLang's constraints as lmrpc's kinds (structural_tag has none: UNIMPLEMENTED)
+CONSTRAINT_KINDS = {"json_schema": "json_schema", "regex": "regex", "ebnf_grammar": "ebnf"}
 
 
 def to_lmrpc(request: sglang.GenerateRequest) -> GenerateRequest:
@@ -58,6 +62,7 @@ def to_lmrpc(request: sglang.GenerateRequest) -> GenerateRequest:
         stream=request.stream,
     )
     lmrpc.token_ids = TokenIds(ids=list(request.tokenized.input_ids))
+    lmrpc.constraint = None if params is None else constraint_of(params, CONSTRAINT_KINDS)
     return lmrpc
 
 
@@ -88,7 +93,7 @@ def _stopping(p: sglang.SamplingParams) -> StoppingCriteria:
 
 
 def _refuse_unsupported_sampling(p: sglang.SamplingParams) -> None:
-    refuse_constraint_and_logit_bias(p)
+    refuse_logit_bias(p)
     if p.custom_params is not None and p.custom_params.fields:
         raise unimplemented("sampling_params.custom_params", "no custom sampling parameters")
 

@@ -5,11 +5,13 @@ seed, logprobs) and reads a proto3 zero as "unset" where the dialect has none (t
 min_p, penalties, n, min_tokens): zero means "off" or "default" for each of those in vLLM too.
 Everything else is checked by lmrpc's own validation behind it, with lmrpc's field names.
 
-Options lmrpc cannot honour answer UNIMPLEMENTED naming the field, never silently ignored:
-logit_bias, structured-output constraints, prompt logprobs, logprobs=-1 (the whole vocabulary),
+Structured outputs become lmrpc's constraint (``grammar`` is EBNF); ``structural_tag`` has no lmrpc
+kind. Options lmrpc cannot honour answer UNIMPLEMENTED naming the field, never silently ignored:
+logit_bias, ``structural_tag``, prompt logprobs, logprobs=-1 (the whole vocabulary),
 truncate_prompt_tokens, KV-transfer (PD) parameters and multimodal inputs. Two options are
 accepted and have no effect, because the dialect returns token ids and never text:
-``spaces_between_special_tokens`` and ``grammar_from_first_token`` (without a constraint).
+``spaces_between_special_tokens``, and ``grammar_from_first_token`` (this server has no reasoning
+parser: a constraint always starts at the first generated token).
 """
 
 from __future__ import annotations
@@ -21,13 +23,22 @@ from lmrpc._gen.vllm.grpc import engine as vllm
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
 from reference_server.frontend.dialects.base.requests import (
     check_one_data_parallel_rank,
-    refuse_constraint_and_logit_bias,
+    constraint_of,
+    refuse_logit_bias,
     stopping,
     token_ids_request,
     unimplemented,
 )
 
 UINT64 = 1 << 64
+# vLLM's structured outputs as lmrpc's constraint kinds (structural_tag has none: UNIMPLEMENTED)
+CONSTRAINT_KINDS = {
+    "json_schema": "json_schema",
+    "regex": "regex",
+    "grammar": "ebnf",
+    "json_object": "json_object",
+    "choice": "choice",
+}
 
 
 def to_lmrpc(request: vllm.GenerateRequest) -> GenerateRequest:
@@ -43,6 +54,7 @@ def to_lmrpc(request: vllm.GenerateRequest) -> GenerateRequest:
         skip_special_tokens=params.skip_special_tokens,
         stream=request.stream,
     )
+    lmrpc.constraint = constraint_of(params, CONSTRAINT_KINDS)
     kind, _ = betterproto2.which_one_of(request, "input")
     if kind == "tokenized":
         assert request.tokenized is not None
@@ -76,7 +88,7 @@ def _stopping(p: vllm.SamplingParams) -> StoppingCriteria:
 
 
 def _refuse_unsupported_sampling(p: vllm.SamplingParams) -> None:
-    refuse_constraint_and_logit_bias(p)
+    refuse_logit_bias(p)
     if p.prompt_logprobs is not None:
         raise unimplemented("sampling_params.prompt_logprobs", "no prompt logprobs")
     if p.logprobs is not None and p.logprobs < 0:
