@@ -219,7 +219,7 @@ def test_values_are_taken_as_sent(server: ServerProcess) -> None:
 @pytest.mark.parametrize(
     ("request_fields", "sampling_fields", "field"),
     [
-        ({}, {"regex": "a+"}, "sampling_params.regex"),
+        ({}, {"structural_tag": "{}"}, "sampling_params.structural_tag"),
         ({}, {"logit_bias": {"5": 1.0}}, "sampling_params.logit_bias"),
         ({}, {"max_new_tokens": 0}, "max_new_tokens=0"),
         ({"return_logprob": True, "logprob_start_len": 0}, {}, "logprob_start_len=0"),
