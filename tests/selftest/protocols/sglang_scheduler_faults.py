@@ -19,7 +19,6 @@ class LastChunkLost(f.LastChunkLost, SglangSchedulerProxy):
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
             "CONSTRAIN-1[choice]",
-            "CONSTRAIN-1[ebnf]",
             "CONSTRAIN-3[stop-string]",
             "FINISH-2",
             "N-1",
@@ -45,6 +44,7 @@ class LastChunkLost(f.LastChunkLost, SglangSchedulerProxy):
         "FINISH-5",
         "SMG-2[eos]",
         "N-1[n=4]",
+        "CONSTRAIN-1[ebnf]",  # only when the lost chunk held the closing parenthesis
     }
 
 
