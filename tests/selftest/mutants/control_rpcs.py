@@ -176,7 +176,6 @@ class SeedIgnored(Mutant):
     fault = "SamplingParams.seed is dropped (the server picks one) but echoed in PromptInfo as if honoured"
     expected = frozenset(
         {
-            "CONSTRAIN-3[seeded]",
             "SAMPLE-1[defaults]",
             "SAMPLE-3",
             "SAMPLE-3[first-of-n]",
@@ -186,6 +185,8 @@ class SeedIgnored(Mutant):
             "STREAM-8[seeded]",
         }
     )
+    # two unseeded runs of a constrained request may still agree: its grammar leaves few texts
+    tolerated = frozenset({"CONSTRAIN-3[seeded]"})
 
     def rewrite_request(self, request: GenerateRequest) -> GenerateRequest:
         if request.sampling is not None:
