@@ -17,6 +17,8 @@ def _machine_case(clause: str) -> None:
         ctx.note(f"{judgement.programs} programs, {judgement.steps} steps")
         if not judgement.passed:
             ctx.repro = judgement.repro
+            if judgement.error is not None:  # the search ended before this invariant was judged
+                raise judgement.error
             raise CaseFailed(judgement.mismatches)
 
     stateful.__doc__ = (

@@ -11,6 +11,11 @@ Rules run on the case's event loop through ``Ctx.block``; hypothesis runs in a w
 ``run_machine`` runs it once per run for the four cases that report its invariants: when one
 invariant fails, that clause gets the shrunk step list and a repro, and the search starts again
 without it, so one broken invariant cannot hide another.
+
+Only an invariant's own verdict is a failure hypothesis may shrink. Anything else that ends a step
+(an RPC past its deadline or failing, a broken transport) depends on the target's timing, so a replay
+of the same program may not meet it again; it stops the search at once instead (``Trouble``) and the
+cases not yet judged get that error, judged as in any other case.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
@@ -39,7 +45,7 @@ from conformance.harness.load import expect_released, quiet_load
 from conformance.harness.requests import long_request
 from conformance.harness.session import Session
 from conformance.report.repro import script
-from conformance.search.property import SEARCH_LOCK, notes_of, profile
+from conformance.search.property import SEARCH_LOCK, Interrupted, notes_of, profile
 from conformance.search.strategies import valid_requests
 from conformance.stream.live import LiveStream, StreamStalled
 from conformance.stream.record import End, StreamRecord
@@ -48,9 +54,18 @@ from conformance.vocabulary import CaseFailed, Mismatch, Repro
 from lmrpc.v1 import AbortRequest, GenerateRequest, RequestIds
 
 INVARIANTS = ("STREAM-6", "FINISH-1", "USAGE-3", "ABORT-3")
+T = TypeVar("T")
 
 
 Failure = tuple[str, list[Mismatch], list[str], int]  # clause, mismatches, steps, first transcript call
+
+
+class Trouble(Interrupted):
+    """A step ended on an error that is not an invariant's verdict (see ``Interrupted``)."""
+
+    def __init__(self, error: Exception, steps: list[str], first_call: int) -> None:
+        super().__init__(error, describe(steps))
+        self.steps, self.first_call = steps, first_call
 
 
 class Stop(BaseException):
@@ -76,7 +91,9 @@ class MachineRun:
 
     @property
     def wait(self) -> float:
-        return self.ctx.budgets.rpc_s
+        """How long a step waits for its coroutine: past an RPC's own deadline, so that the RPC's
+        timeout, which names the method, is what a silent target meets."""
+        return 2 * self.ctx.budgets.rpc_s
 
     @property
     def deadline_s(self) -> float:
@@ -100,7 +117,14 @@ class Lifecycle(RuleBasedStateMachine):
         self.steps: list[str] = []
         run.programs += 1
         self.first_call = len(run.ctx.transcript)
-        self.baseline = run.ctx.block(quiet_load(run.ctx), run.wait * 2)
+        self.baseline = self._drive(quiet_load(run.ctx), run.ctx.budgets.release_s + run.wait)
+
+    def _drive(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
+        """Run one step's coroutine on the case's loop; an error of it ends the search (``Trouble``)."""
+        try:
+            return self.run.ctx.block(coro, timeout_s)
+        except Exception as exc:
+            raise Trouble(exc, list(self.steps), self.first_call) from exc
 
     def _fail(self, clause: str, mismatches: list[Mismatch]) -> None:
         self.run.failures.append((clause, mismatches, list(self.steps), self.first_call))
@@ -112,7 +136,7 @@ class Lifecycle(RuleBasedStateMachine):
         async def start() -> LiveStream:  # streams are tasks of the case's loop, not of this thread
             return ctx.open(req, deadline_s=deadline)
 
-        self.streams[req.request_id] = ctx.block(start(), self.run.wait)
+        self.streams[req.request_id] = self._drive(start(), self.run.wait)
 
     def _pick(self, data: st.DataObject) -> str:
         """A started request, by start order. The draw never depends on timing (hypothesis replays it);
@@ -143,11 +167,13 @@ class Lifecycle(RuleBasedStateMachine):
     def read(self, data: st.DataObject) -> None:
         rid = self._pick(data)
         self.steps.append(f"read({rid!r})")
-        ctx = self.run.ctx
-        try:
-            ctx.block(self.streams[rid].next(0.5 * ctx.budgets.scale), self.run.wait)
-        except StreamStalled:
-            pass
+        stream = self.streams[rid]
+
+        async def read() -> None:
+            with contextlib.suppress(StreamStalled):
+                await stream.next(0.5 * self.run.ctx.budgets.scale)
+
+        self._drive(read(), self.run.wait)
 
     @precondition(lambda self: bool(self.streams))
     @rule(data=st.data())
@@ -159,10 +185,12 @@ class Lifecycle(RuleBasedStateMachine):
 
     def _abort(self, rid: str) -> None:
         ctx = self.run.ctx
-        with contextlib.suppress(GRPCError):  # how Abort answers is ABORT-1's business, not this machine's
-            ctx.block(
-                ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[rid]))), self.run.wait
-            )
+
+        async def abort() -> None:
+            with contextlib.suppress(GRPCError):  # a status is ABORT-1's business, not this machine's
+                await ctx.call(ctx.control.abort, AbortRequest(request_ids=RequestIds(ids=[rid])))
+
+        self._drive(abort(), self.run.wait)
 
     @precondition(lambda self: bool(self.streams))
     @rule(data=st.data())
@@ -170,17 +198,21 @@ class Lifecycle(RuleBasedStateMachine):
         rid = self._pick(data)
         self.steps.append(f"cancel({rid!r})")
         self.cancelled.add(rid)
-        self.run.ctx.block(self.run.ctx.cancel(self.streams[rid]), self.run.wait)
+        self._drive(self.run.ctx.cancel(self.streams[rid]), self.run.wait)
 
     @rule()
     def health(self) -> None:
         self.steps.append("health()")
         ctx = self.run.ctx
-        with contextlib.suppress(GRPCError):  # answers are HEALTH-1's business
-            ctx.block(
-                HealthStub(ctx.session.target.channel).Check(HealthCheckRequest(service="")), self.run.wait
-            )
-            ctx.block(ctx.load(), self.run.wait)
+
+        async def health() -> None:
+            with contextlib.suppress(GRPCError):  # statuses are HEALTH-1's and LOAD-1's business
+                await HealthStub(ctx.session.target.channel).Check(
+                    HealthCheckRequest(service=""), timeout=ctx.budgets.rpc_s
+                )
+                await ctx.load()
+
+        self._drive(health(), self.run.wait)
 
     @invariant()
     def no_cross_talk(self) -> None:
@@ -195,12 +227,12 @@ class Lifecycle(RuleBasedStateMachine):
                 )
 
     def teardown(self) -> None:
+        self.steps.append("teardown()")
         for rid, stream in self.streams.items():
             if not stream.done.is_set() and rid not in self.cancelled:
                 self.aborted.add(rid)
                 self._abort(rid)
         records = self._finish_all()
-        self.steps.append("teardown()")
         self.run.steps += len(self.steps)
         for rid, record in records.items():
             self._judge_stream(rid, record)
@@ -220,7 +252,7 @@ class Lifecycle(RuleBasedStateMachine):
                 )
             )
 
-        return dict(zip(self.streams, ctx.block(finish_all(), ctx.budgets.stream_s * 2), strict=True))
+        return dict(zip(self.streams, self._drive(finish_all(), ctx.budgets.stream_s * 2), strict=True))
 
     def _judge_stream(self, rid: str, record: StreamRecord) -> None:
         """FINISH-1 and USAGE-3 of one request, unless it was cancelled and ended so."""
@@ -242,7 +274,8 @@ class Lifecycle(RuleBasedStateMachine):
         """ABORT-3: the load is back at its baseline once every request ended."""
         ctx = self.run.ctx
         ctx.check.mismatches.clear()
-        if not ctx.block(expect_released(ctx, self.baseline, "every request ended"), self.run.wait * 2):
+        released = expect_released(ctx, self.baseline, "every request ended")
+        if not self._drive(released, ctx.budgets.release_s + self.run.wait):
             self._fail("ABORT-3", list(ctx.check.mismatches))
             ctx.check.mismatches.clear()
 
@@ -278,6 +311,7 @@ class Judgement:
     repro: Repro | None = None
     programs: int = 0
     steps: int = 0
+    error: Exception | None = None  # what ended the search before this invariant was judged
 
 
 async def run_machine(session: Session) -> dict[str, Judgement]:
@@ -295,10 +329,12 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
 
             def search(
                 machine: Any = machine,
-            ) -> tuple[Failure | None, str]:
+            ) -> tuple[Failure | Trouble | None, str]:
                 with SEARCH_LOCK:
                     try:
                         run_state_machine_as_test(machine, settings=config)
+                    except Trouble as exc:  # while shrinking a failure, that failure is the finding
+                        return (machine.run.failures[-1] if machine.run.failures else exc), ""
                     except CaseFailed as exc:
                         return machine.run.failures[-1], notes_of(exc)[0]
                     except Stop as exc:
@@ -317,20 +353,19 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
             if failure is None:
                 verdicts.update({clause: Judgement(True) for clause in remaining})
                 break
+            if isinstance(failure, Trouble):
+                repro = _repro("stateful", failure.steps, failure.first_call, ctx)
+                repro.example = f"{failure}\n{repro.example}"
+                verdicts.update(
+                    {clause: Judgement(False, [], repro, error=failure.error) for clause in remaining}
+                )
+                break
             clause, mismatches, steps, first_call = failure
-            target = str(session.target.endpoint)
-            shown = (
-                shown
-                if shown.startswith("Failing test case")
-                else "\n".join(filter(None, [shown, describe(steps)]))
-            )
-            repro = Repro(
-                kind="steps",
-                example=shown,
-                script=script(
-                    f"{clause}[stateful]", target, ctx.transcript[first_call:], session.target.driver.protocol
-                ),
-            )
+            repro = _repro(f"{clause}[stateful]", steps, first_call, ctx)
+            if shown.startswith("Failing test case"):
+                repro.example = shown
+            elif shown:
+                repro.example = f"{shown}\n{repro.example}"
             verdicts[clause] = Judgement(False, mismatches, repro)
             remaining.discard(clause)
     finally:
@@ -338,3 +373,13 @@ async def run_machine(session: Session) -> dict[str, Judgement]:
     for judgement in verdicts.values():
         judgement.programs, judgement.steps = total_programs, total_steps
     return verdicts
+
+
+def _repro(name: str, steps: list[str], first_call: int, ctx: Ctx) -> Repro:
+    """The program's steps, and a script named ``name`` replaying its calls from the program's first."""
+    target = ctx.session.target
+    return Repro(
+        kind="steps",
+        example=describe(steps),
+        script=script(name, str(target.endpoint), ctx.transcript[first_call:], target.driver.protocol),
+    )

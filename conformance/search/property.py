@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from grpclib.exceptions import GRPCError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -56,6 +57,17 @@ settings.register_profile(
     suppress_health_check=_SUPPRESS,
     report_multiple_bugs=False,
 )
+
+
+class Interrupted(BaseException):
+    """An example ended on an error that is not the property's verdict (an RPC past its deadline or
+    failing, a broken transport). Not an ``Exception``, so hypothesis stops at once instead of
+    replaying an example whose outcome was the target's timing; the case gets the error itself and
+    the runner judges it as in any other case."""
+
+    def __init__(self, error: Exception, example: object) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error, self.example = error, example
 
 
 class Hung(BaseException):
@@ -166,6 +178,12 @@ async def search(
             mismatches = ctx.block(body(value), ctx.budgets.stream_s * 2)
         except StreamHung as exc:
             raise Hung(str(exc), value) from None
+        except GRPCError as exc:  # the target's answer to this input: shrunk like any mismatch
+            mismatches = [Mismatch("RPC status", "OK", f"{exc.status.name}: {exc.message}")]
+        except CaseFailed:
+            raise
+        except Exception as exc:
+            raise Interrupted(exc, value) from exc
         if mismatches:
             first_failure[:1] = first_failure[:1] or [time.monotonic()]
             smallest.append((value, mismatches))
@@ -181,6 +199,9 @@ async def search(
                     return PropertyOutcome(False, exc.mismatches, f"explicit example: {value!r}", "", value)
             try:
                 return run_property(strategy, test, config, ctx.session.seed)
+            except Interrupted as exc:
+                ctx.note(f"the search stopped on {exc.example!r}")
+                raise exc.error from None
             except _Budget as exc:
                 return PropertyOutcome(
                     False,

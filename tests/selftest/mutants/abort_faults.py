@@ -274,6 +274,28 @@ class AbortFirstIdOnly(Mutant):
         )
 
 
+class AbortAnswerLostNowAndThen(Mutant):
+    name = "abort-answer-lost-now-and-then"
+    fault = "every fourth Abort reaches the engine but its answer never comes (an interleaving the abort path deadlocks on)"
+    # Which case makes the fourth Abort is the order the cases' calls interleave in; the state machine
+    # always makes several, so it must say so (a FAIL naming Abort's deadline, never a harness ERROR)
+    expected = frozenset({"ABORT-3[stateful]", "FINISH-1[stateful]", "STREAM-6[stateful]"})
+    triggered_by = frozenset({"abort.ids=1", "abort.ids>1", "abort.duplicate-ids", "abort.all"})
+    every = 4
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.aborts = 0
+
+    async def unary(self, method: str, request: Any) -> Any:
+        reply = await super().unary(method, request)
+        if method == "abort":
+            self.aborts += 1
+            if self.aborts % self.every == 0:
+                await asyncio.Event().wait()
+        return reply
+
+
 ABORT_FAULTS: tuple[type[Mutant], ...] = (
     AbortLags,
     AbortOutcomesDuplicated,
@@ -284,4 +306,5 @@ ABORT_FAULTS: tuple[type[Mutant], ...] = (
     ReuseBlocked,
     AbortMatchesPrefix,
     AbortFirstIdOnly,
+    AbortAnswerLostNowAndThen,
 )
