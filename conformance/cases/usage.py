@@ -9,7 +9,16 @@ import time
 
 from grpclib.const import Status
 
-from conformance.cases._helpers import abort, accepted, expect_rejected, first_delta, ok, outputs_tokens
+from conformance.cases._helpers import (
+    abort,
+    accepted,
+    expect_rejected,
+    first_delta,
+    ok,
+    outputs_tokens,
+    paused,
+    resumed,
+)
 from conformance.harness.context import Ctx
 from conformance.harness.load import idle_load
 from conformance.harness.requests import request, sampled_for
@@ -220,19 +229,13 @@ async def fresh_prompt_uncached(ctx: Ctx) -> None:
     """A prompt of random token ids from the middle of the vocabulary reports cached_prompt_tokens = 0,
     without any FlushCache (and no admin role). An earlier prompt may share its first token by chance
     (about 1 in 100 here, token by token caches): of three fresh prompts, one must report 0."""
-    vocab = ctx.info.vocab_size
     draw = random.Random(ctx.uid())
     reported: list[tuple[int, int | None]] = []
     for _ in range(FRESH_DRAWS):
-        ids = [draw.randrange(vocab // 4, max(3 * vocab // 4, vocab // 4 + 1)) for _ in range(32)]
-        req = GenerateRequest(
-            request_id=ctx.uid(),
-            token_ids=TokenIds(ids=ids),
-            sampling=SamplingParams(temperature=0.0),
-            stopping=StoppingCriteria(max_tokens=2),
-        )
+        req = _fresh_prompt(ctx, draw)
         usage = ok(ctx, await ctx.generate(req)).usage
-        reported.append((ids[0], usage.cached_prompt_tokens if usage else None))
+        first = req.token_ids.ids[0] if req.token_ids else -1
+        reported.append((first, usage.cached_prompt_tokens if usage else None))
         if reported[-1][1] == 0:
             return
     ctx.check.fail(
@@ -240,6 +243,52 @@ async def fresh_prompt_uncached(ctx: Ctx) -> None:
         "0 for at least one",
         "; ".join(f"{cached} (first token {first})" for first, cached in reported),
     )
+
+
+def _fresh_prompt(ctx: Ctx, draw: random.Random) -> GenerateRequest:
+    """32 random token ids from the middle of the vocabulary: a prompt no cache holds (USAGE-7)."""
+    vocab = ctx.info.vocab_size
+    ids = [draw.randrange(vocab // 4, max(3 * vocab // 4, vocab // 4 + 1)) for _ in range(32)]
+    return GenerateRequest(
+        request_id=ctx.uid(),
+        token_ids=TokenIds(ids=ids),
+        sampling=SamplingParams(temperature=0.0),
+        stopping=StoppingCriteria(max_tokens=2),
+    )
+
+
+@case(
+    "USAGE-7",
+    tag="never-ran",
+    requires=("admin", "prefix_cache", "token_ids_input"),
+    exclusive=True,
+    sends=("scenario.abort-all-while-waiting",),
+)
+async def fresh_prompt_aborted_while_waiting(ctx: Ctx) -> None:
+    """Fresh prompts aborted while generation is paused (they never ran a step) report
+    cached_prompt_tokens = 0 too: the rule holds for requests that end before their first token, not
+    only for those that ran. Of three, one must report 0, as in USAGE-7[fresh-prompt]."""
+    draw = random.Random(ctx.uid())
+    await paused(ctx)
+    try:
+        streams = [ctx.open(_fresh_prompt(ctx, draw)) for _ in range(FRESH_DRAWS)]
+        for stream in streams:
+            await accepted(ctx, stream)
+        await abort(ctx, *(s.record.request_id for s in streams))
+    finally:
+        await resumed(ctx)
+    reported = []
+    for stream in streams:
+        record = await stream.finish(ctx.budgets.release_s)
+        if not record.ended_ok or record.usage is None:
+            continue  # how an aborted request ends is ABORT-2's business
+        reported.append(record.usage.cached_prompt_tokens)
+    if reported and 0 not in reported:
+        ctx.check.fail(
+            f"Usage.cached_prompt_tokens of {len(reported)} fresh random prompts aborted before they ran",
+            "0 for at least one",
+            ", ".join(map(str, reported)),
+        )
 
 
 def _window_request(ctx: Ctx, extra: int) -> GenerateRequest:

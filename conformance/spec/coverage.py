@@ -356,7 +356,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "USAGE-4.1": ("USAGE-4", "CAP-2[combined]"),
     "USAGE-5.1": ("USAGE-5", "STOP-5*"),
     "USAGE-6.1": ("USAGE-6[*]",),
-    "USAGE-7.1": ("USAGE-7[after-flush]", "USAGE-7[fresh-prompt]"),
+    "USAGE-7.1": ("USAGE-7[after-flush]", "USAGE-7[fresh-prompt]", "USAGE-7[never-ran]"),
     "STOP-1.1": ("STOP-1[stop-string]", "STOP-1[stop-token]", "STOP-4[eos]", "STREAM-4"),
     "STOP-1.2": ("STOP-1[include]", "STOP-6[inside-token]", "STREAM-4"),
     "STOP-1.3": ("STOP-1[stop-token]", "STOP-6[inside-token]"),

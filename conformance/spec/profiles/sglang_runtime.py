@@ -257,6 +257,9 @@ SGLANG_RUNTIME = Profile(
         "ABORT-5[waiting]": na(
             "nothing arrives before the first token: a request waiting behind a pause is silent"
         ),
+        "USAGE-7[never-ran]": na(
+            "nothing arrives before the first token: a request waiting behind a pause is silent"
+        ),
         **NOT_DRIVEN_CAP_1,
         "ABORT-1[prefix-id]": reads(
             "an Abort names its `rid` exactly: one that only shares a prefix with a request in flight leaves "

@@ -153,13 +153,27 @@ class StopTailKept(Mutant):
 class CachedNeverZero(Mutant):
     name = "cached-never-zero"
     fault = "Usage.cached_prompt_tokens is at least 1 for every prompt of 2 or more tokens, cold ones too"
-    expected = frozenset({"USAGE-7[after-flush]", "USAGE-7[fresh-prompt]"})
+    expected = frozenset({"USAGE-7[after-flush]", "USAGE-7[fresh-prompt]", "USAGE-7[never-ran]"})
 
     async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
         async for event in events:
             usage = event.usage
             if usage is not None and usage.prompt_tokens >= 2:
                 usage.cached_prompt_tokens = max(1, usage.cached_prompt_tokens)
+            yield event
+
+
+class CachedWhileWaiting(Mutant):
+    name = "cached-while-waiting"
+    fault = "a request that ends before it ran a step reports its whole prompt as cached (the count is set at queueing)"
+    expected = frozenset({"USAGE-7[never-ran]"})
+
+    async def transform(self, call: Call, events: AsyncIterator[GenerateResponse]) -> AsyncIterator[Out]:
+        ran = False
+        async for event in events:
+            ran = ran or (kind(event) == "delta" and bool(delta(event).token_ids))
+            if event.usage is not None and not ran:
+                event.usage.cached_prompt_tokens = event.usage.prompt_tokens
             yield event
 
 
@@ -192,5 +206,6 @@ STREAM_FAULTS: tuple[type[Mutant], ...] = (
     LengthBeatsStop,
     StopTailKept,
     CachedNeverZero,
+    CachedWhileWaiting,
     TextAtTheEnd,
 )
