@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from reference_server.cpu import cpu_id
 from reference_server.engine.attention import create_attention_backend, resolve_backend
 from reference_server.engine.attention.flashinfer import FlashInferBackend
 from reference_server.engine.base import constrained_decoding_available
@@ -18,6 +19,7 @@ from reference_server.engine.host_memory import keep_freed_memory, release_freed
 from reference_server.engine.kv_manager import KVManager
 from reference_server.engine.kv_pool import KVPool, SlotTable
 from reference_server.engine.model_runner import ModelRunner
+from reference_server.engine.native.kernels import kernel_tuning
 from reference_server.engine.native.model import NativeModel, unsupported_reason
 from reference_server.engine.sampler import SampleRow, sample
 from reference_server.engine.seeds import derive_seed
@@ -282,6 +284,8 @@ class ModelEngine:
             )
         if reason is not None:
             log.info("the torch model runs the steps: %s", reason)
+        else:
+            log.info("native kernels for %s: %s", cpu_id(), kernel_tuning())
         return reason
 
     def _decode_graphs(self, model: LlamaModel) -> DecodeGraphs | None:

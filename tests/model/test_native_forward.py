@@ -14,6 +14,7 @@ from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.model_engine import ModelEngine
 from reference_server.engine.native.kernels import unavailable_reason
 from reference_server.engine.native.model import FORMAT_CODES, PANEL, unsupported_reason
+from reference_server.engine.native.tuning import KernelTuning
 from reference_server.models.llama import LlamaConfig
 from reference_server.models.quantized import BlockFormat, BlockWeight, quantize
 from reference_server.models.tokenizer import TokenizerBundle
@@ -25,10 +26,12 @@ needs_kernels = pytest.mark.skipif(
 )
 
 
-def native_matmul(weight: torch.Tensor, x: torch.Tensor, threads: int = 1) -> torch.Tensor:
+def native_matmul(
+    weight: torch.Tensor, x: torch.Tensor, threads: int = 1, tuning: KernelTuning | None = None
+) -> torch.Tensor:
     from reference_server.engine.native.kernels import load_kernels
 
-    lib = load_kernels()
+    lib = load_kernels(tuning)
     n, k = weight.shape
     packed = torch.empty((-(-n // PANEL) * PANEL, k), dtype=torch.bfloat16)
     lib.lm_pack_weight(weight.data_ptr(), packed.data_ptr(), n, k)
@@ -51,21 +54,23 @@ def test_matmul_rows_do_not_change_with_the_batch_or_the_threads() -> None:
     assert torch.allclose(together.double(), exact, rtol=1e-5, atol=1e-4)
 
 
-def packed_blocks(weight: BlockWeight) -> tuple[torch.Tensor, int]:
+def packed_blocks(weight: BlockWeight, tuning: KernelTuning | None = None) -> tuple[torch.Tensor, int]:
     from reference_server.engine.native.kernels import load_kernels
 
-    lib, code = load_kernels(), FORMAT_CODES[weight.format]
+    lib, code = load_kernels(tuning), FORMAT_CODES[weight.format]
     packed = torch.empty(lib.lm_packed_bytes(code, weight.rows, weight.columns), dtype=torch.uint8)
     lib.lm_pack_quant(code, weight.blocks.ctypes.data, packed.data_ptr(), weight.rows, weight.columns)
     return packed, code
 
 
-def quantized_matmul(weight: BlockWeight, x: torch.Tensor, threads: int = 1) -> torch.Tensor:
+def quantized_matmul(
+    weight: BlockWeight, x: torch.Tensor, threads: int = 1, tuning: KernelTuning | None = None
+) -> torch.Tensor:
     from reference_server.engine.native.kernels import load_kernels
 
-    packed, code = packed_blocks(weight)
+    packed, code = packed_blocks(weight, tuning)
     y = torch.empty((x.shape[0], weight.rows), dtype=torch.float32)
-    status = load_kernels().lm_project(
+    status = load_kernels(tuning).lm_project(
         code, packed.data_ptr(), x.data_ptr(), y.data_ptr(), x.shape[0], weight.rows, weight.columns, threads
     )
     assert status == 0
@@ -97,6 +102,22 @@ def test_quantized_matmul_is_the_dequantized_weights_in_float64(format: BlockFor
     for n in (0, 63, 64, 199):
         load_kernels().lm_unpack_column(code, packed.data_ptr(), n, 96, column.data_ptr())
         assert torch.equal(column, values[n].float())
+
+
+@needs_kernels
+def test_the_weight_prefetch_never_changes_a_number() -> None:
+    """Each host's tuning (tuning.py) moves only when weights are requested, never what is summed."""
+    generator = torch.Generator().manual_seed(5)
+    # long enough rows that the requests run ahead inside a panel: 8 KB is 16 of its 512-byte pairs
+    weight = torch.randn((130, 1536), generator=generator)
+    x = torch.randn((7, 1536), generator=generator).bfloat16()
+    off, ahead = KernelTuning(0, 0, "off"), KernelTuning(8192, 8192, "8 KB")
+    assert torch.equal(
+        native_matmul(weight.bfloat16(), x, tuning=off), native_matmul(weight.bfloat16(), x, tuning=ahead)
+    )
+    for format in ("q4_1", "q8_0"):
+        blocks = quantize(weight * 0.05, format)
+        assert torch.equal(quantized_matmul(blocks, x, tuning=off), quantized_matmul(blocks, x, tuning=ahead))
 
 
 @pytest.fixture(

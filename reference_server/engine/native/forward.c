@@ -77,10 +77,16 @@ static void add_rounded(float *x, const float *y, size_t n) {
 
 #define PANEL 64  /* output columns per panel: 4 vectors of 16 */
 #define ROWS_M 6  /* activation rows per register tile */
-/* bytes of weights requested this far ahead of their use: on its own the hardware's prefetch
- * keeps a one-row matmul at about half the memory's bandwidth (bench: 66 MB of 4-bit panels read
- * at 20 GB/s with it, 11 GB/s without) */
-#define PREFETCH_AHEAD 8192
+/* bytes of weights requested this far ahead of their use, per format; 0: none. On its own the
+ * hardware's prefetch kept a one-row matmul at about half the memory's bandwidth on one host (66 MB
+ * of 4-bit panels read at 20 GB/s with it, 11 GB/s without) and cost another a third of its bf16
+ * step, so the build chooses per microarchitecture (tuning.py) */
+#ifndef PREFETCH_BF16
+#define PREFETCH_BF16 8192
+#endif
+#ifndef PREFETCH_QUANT
+#define PREFETCH_QUANT 8192
+#endif
 
 /* inputs k and k + 1 of a row, in every 32-bit lane (one dpbf16 operand) */
 static inline __m512bh input_pair(const bf16 *row, int k) {
@@ -107,8 +113,10 @@ static inline __attribute__((always_inline)) void tile(
         for (int j = 0; j < 4; j++) acc[m][j] = _mm512_setzero_ps();
     for (int kp = 0; kp < K / 2; kp++) {
         const bf16 *wp = panel + (size_t)kp * 2 * PANEL;
-        _mm_prefetch((const char *)wp + PREFETCH_AHEAD, _MM_HINT_T0);
-        _mm_prefetch((const char *)wp + PREFETCH_AHEAD + 64, _MM_HINT_T0);
+        if (PREFETCH_BF16 > 0) {
+            _mm_prefetch((const char *)wp + PREFETCH_BF16, _MM_HINT_T0);
+            _mm_prefetch((const char *)wp + PREFETCH_BF16 + 64, _MM_HINT_T0);
+        }
         __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp), w1 = (__m512bh)_mm512_loadu_si512(wp + 32);
         __m512bh w2 = (__m512bh)_mm512_loadu_si512(wp + 64), w3 = (__m512bh)_mm512_loadu_si512(wp + 96);
         for (int m = 0; m < M; m++) {
@@ -266,9 +274,11 @@ static inline __attribute__((always_inline)) void quant_tile(
             for (int j = 0; j < 4; j++) acc[m][j] = _mm512_setzero_ps();
         for (int kp = 0; kp < GROUP / 2; kp++) {
             const int k = g * GROUP + 2 * kp;
-            const char *ahead = (const char *)codes + (size_t)kp * code_bytes(format) + PREFETCH_AHEAD;
-            _mm_prefetch(ahead, _MM_HINT_T0);
-            if (format == FORMAT_Q8_0) _mm_prefetch(ahead + 64, _MM_HINT_T0);
+            if (PREFETCH_QUANT > 0) {
+                const char *ahead = (const char *)codes + (size_t)kp * code_bytes(format) + PREFETCH_QUANT;
+                _mm_prefetch(ahead, _MM_HINT_T0);
+                if (format == FORMAT_Q8_0) _mm_prefetch(ahead + 64, _MM_HINT_T0);
+            }
             if (format == FORMAT_Q4_1) {
                 const __m512i words = _mm512_loadu_si512(codes + (size_t)kp * 64);
                 const __m512bh w0 = nibbles(words, 0, low), w1 = nibbles(words, 4, low);

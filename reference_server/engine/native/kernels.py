@@ -1,4 +1,4 @@
-"""Compile ``forward.c`` for this CPU once (cached by its source and the CPU) and load it.
+"""Compile ``forward.c`` for this CPU once (cached by its source, the CPU and its tuning) and load it.
 
 The kernels need an x86-64 CPU with AVX512-BF16 and a C compiler; without either the engine
 runs the torch model (``unavailable_reason`` says why).
@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 from reference_server.cache_dir import cache_dir
-from reference_server.cpu import cpu_flags
+from reference_server.cpu import cpu_flags, cpu_id
+from reference_server.engine.native.tuning import KernelTuning, tuning_from_environment
 
 SOURCE = Path(__file__).with_name("forward.c")
 REQUIRED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512_bf16")
@@ -35,9 +36,10 @@ def _compiler() -> str:
     return compiler
 
 
-def _build(compiler: str, flags: frozenset[str]) -> Path:
+def _build(compiler: str, flags: frozenset[str], tuning: KernelTuning) -> Path:
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join(COMPILE_FLAGS).encode() + " ".join(sorted(flags)).encode())
+    options = (*COMPILE_FLAGS, *tuning.compile_flags())
+    key = hashlib.sha256(source + " ".join(options).encode() + " ".join(sorted(flags)).encode())
     target = cache_dir() / "native" / f"forward-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
@@ -46,7 +48,7 @@ def _build(compiler: str, flags: frozenset[str]) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = Path(scratch) / target.name
         result = subprocess.run(
-            [compiler, *COMPILE_FLAGS, str(SOURCE), "-o", str(built), "-lm"],
+            [compiler, *options, str(SOURCE), "-o", str(built), "-lm"],
             capture_output=True,
             text=True,
             timeout=300,
@@ -58,15 +60,22 @@ def _build(compiler: str, flags: frozenset[str]) -> Path:
 
 
 @functools.cache
-def load_kernels() -> ctypes.CDLL:
-    """The compiled library, or KernelsUnavailable saying what is missing."""
+def kernel_tuning() -> KernelTuning:
+    """This host's tuning (tuning.py), read once: every library a process loads is built with it."""
+    return tuning_from_environment(cpu_id())
+
+
+@functools.cache
+def load_kernels(tuning: KernelTuning | None = None) -> ctypes.CDLL:
+    """The compiled library (this host's tuning unless one is given), or KernelsUnavailable saying
+    what is missing."""
     if platform.machine() not in ("x86_64", "AMD64"):
         raise KernelsUnavailable(f"the native kernels are x86-64 only, not {platform.machine()}")
     flags = cpu_flags()
     missing = [f for f in REQUIRED_CPU_FLAGS if f not in flags]
     if missing:
         raise KernelsUnavailable(f"the CPU lacks {', '.join(missing)}")
-    lib = ctypes.CDLL(str(_build(_compiler(), flags)))
+    lib = ctypes.CDLL(str(_build(_compiler(), flags, tuning or kernel_tuning())))
     pointer, integer = ctypes.c_void_p, ctypes.c_int
     lib.lm_pack_weight.argtypes = [pointer, pointer, integer, integer]
     lib.lm_pack_weight.restype = None
