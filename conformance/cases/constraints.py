@@ -10,18 +10,22 @@ Invalid constraints (CONSTRAIN-2) are entries of search/invalid.py, so ERR-3 che
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
 from conformance.cases._helpers import expect_rejected, ok
 from conformance.harness.context import Ctx
 from conformance.harness.requests import request
+from conformance.harness.session import Session
 from conformance.spec.registry import case
 from conformance.stream.record import OutputView, StreamRecord
 from conformance.validators.shapes import Shape, shape_problem
+from conformance.vocabulary import StreamHung
 from lmrpc.v1 import (
     Choices,
     Constraint,
@@ -95,6 +99,28 @@ def constrained(ctx: Ctx, kind: Kind, **kw: Any) -> GenerateRequest:
     return req
 
 
+async def compiled(ctx: Ctx) -> None:
+    """Each kind's constraint is sent once, side by side, before any case judges one, with a whole
+    stream's budget for silence: a server may load its grammar compiler and compile a grammar when
+    it first meets one (the reference: about 3 s cold, more on a busy host), which is slow, not hung.
+    What these requests answer is not judged; the cases then send the same constraints warm."""
+    await ctx.session.shared("constraints-compiled", lambda: _compile_each(ctx.session))
+
+
+async def _compile_each(session: Session) -> None:
+    warm = Ctx(session, "constraints-warm-up", {})
+
+    async def once(kind: Kind) -> None:
+        with contextlib.suppress(StreamHung, GRPCError, TimeoutError, OSError):
+            req = constrained(warm, kind, max_tokens=1)
+            await warm.generate(req, hung_ok=True, total_s=warm.budgets.stream_s)
+
+    try:
+        await asyncio.gather(*(once(kind) for kind in KINDS))
+    finally:
+        await warm.close()
+
+
 def ended_complete(view: OutputView) -> bool:
     """Ended by its EOS token: the text must be whole (CONSTRAIN-1)."""
     finish = view.finish
@@ -136,6 +162,7 @@ async def output_text(ctx: Ctx, view: OutputView) -> str:
 def _kind_case(kind: Kind) -> None:
     @case("CONSTRAIN-1", tag=kind.tag, requires=(CONSTRAINED,), sends=(f"generate.constraint.{kind.tag}",))
     async def shaped(ctx: Ctx) -> None:
+        await compiled(ctx)
         record = ok(ctx, await ctx.generate(constrained(ctx, kind, temperature=0.0)))
         await check_shapes(ctx, kind, record, f"greedy {kind.tag}")
         sampled = constrained(ctx, kind)
@@ -163,6 +190,7 @@ def kind(tag: str) -> Kind:
 )
 async def every_output_shaped(ctx: Ctx) -> None:
     """Each of n outputs of a sampled request is bound by the constraint, streamed and final-only alike."""
+    await compiled(ctx)
     shape = kind("json_schema")
     n = min(4, ctx.info.caps.max_outputs)
     req = constrained(ctx, shape, temperature=1.2, seed=11, n=n)
@@ -185,6 +213,7 @@ async def every_output_shaped(ctx: Ctx) -> None:
 )
 async def greedy_constrained_is_deterministic(ctx: Ctx) -> None:
     """A greedy constrained request gives the same tokens every time, alone and beside others."""
+    await compiled(ctx)
     shape = kind("regex")
     alone = ok(ctx, await ctx.generate(constrained(ctx, shape, temperature=0.0)))
     beside = [
@@ -207,6 +236,7 @@ async def greedy_constrained_is_deterministic(ctx: Ctx) -> None:
 )
 async def seeded_constrained_reproduces(ctx: Ctx) -> None:
     """A seeded constrained request gives the same tokens every time."""
+    await compiled(ctx)
     shape = kind("json_object")
     runs = [ok(ctx, await ctx.generate(constrained(ctx, shape, temperature=1.0, seed=99))) for _ in range(2)]
     first, second = runs
@@ -226,6 +256,7 @@ async def seeded_constrained_reproduces(ctx: Ctx) -> None:
 async def complete_text_ends(ctx: Ctx) -> None:
     """A text that is complete and admits no further token ends STOP by its EOS, even with ignore_eos and
     a min_tokens it has not reached: the constraint wins over both."""
+    await compiled(ctx)
     shape = kind("choice")
     req = constrained(ctx, shape, temperature=0.0, ignore_eos=True, min_tokens=6, max_tokens=16)
     view = ok(ctx, await ctx.generate(req)).outputs()[0]
@@ -247,6 +278,7 @@ async def complete_text_ends(ctx: Ctx) -> None:
 async def stop_string_still_ends(ctx: Ctx) -> None:
     """Stop strings still apply under a constraint: every choice contains the stop string, so every output
     ends STOP at it with the text before it."""
+    await compiled(ctx)
     pairs = ("alpha beta", "gamma delta")
     req = request(ctx, "Two words:", max_tokens=16, stop_strings=[" "], temperature=0.0)
     req.constraint = Constraint(choice=Choices(list(pairs)))
