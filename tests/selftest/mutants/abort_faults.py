@@ -276,12 +276,12 @@ class AbortFirstIdOnly(Mutant):
 
 class AbortAnswerLostNowAndThen(Mutant):
     name = "abort-answer-lost-now-and-then"
-    fault = "every fourth Abort reaches the engine but its answer never comes (an interleaving the abort path deadlocks on)"
-    # Which case makes the fourth Abort is the order the cases' calls interleave in; the state machine
+    fault = "every second Abort reaches the engine but its answer never comes (an interleaving the abort path deadlocks on)"
+    # Which case makes the second Abort is the order the cases' calls interleave in; the state machine
     # always makes several, so it must say so (a FAIL naming Abort's deadline, never a harness ERROR)
     expected = frozenset({"ABORT-3[stateful]", "FINISH-1[stateful]", "STREAM-6[stateful]"})
     triggered_by = frozenset({"abort.ids=1", "abort.ids>1", "abort.duplicate-ids", "abort.all"})
-    every = 4
+    every = 2
 
     def __init__(self, upstream: str) -> None:
         super().__init__(upstream)
