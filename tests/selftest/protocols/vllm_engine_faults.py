@@ -7,6 +7,18 @@ from __future__ import annotations
 from . import engine_faults as f
 from .engine_proxy import VllmEngineProxy
 
+# the cases whose constrained texts break when an output's text is cut or interleaved
+CONSTRAINED_TEXTS = frozenset(
+    {
+        "CONSTRAIN-1[choice]",
+        "CONSTRAIN-1[ebnf]",
+        "CONSTRAIN-1[json_object]",
+        "CONSTRAIN-1[json_schema]",
+        "CONSTRAIN-1[regex]",
+        "CONSTRAIN-3[n=4]",
+    }
+)
+
 
 class LastChunkLost(f.LastChunkLost, VllmEngineProxy):
     name = "vllm-last-chunk-lost"
@@ -161,16 +173,7 @@ class IndexCollapsed(f.IndexCollapsed, VllmEngineProxy):
     )
     # the outputs' texts interleave under one index as the steps chunk them: a constrained text breaks
     # or not by timing
-    tolerated = frozenset(
-        {
-            "CONSTRAIN-1[choice]",
-            "CONSTRAIN-1[ebnf]",
-            "CONSTRAIN-1[json_object]",
-            "CONSTRAIN-1[json_schema]",
-            "CONSTRAIN-1[regex]",
-            "CONSTRAIN-3[n=4]",
-        }
-    )
+    tolerated = CONSTRAINED_TEXTS
 
 
 class ErrorInBand(f.ErrorInBand, VllmEngineProxy):
