@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterable
 
 from grpclib.const import Status
@@ -15,6 +17,7 @@ from conformance.vocabulary import CaseFailed, CaseSkipped, Mismatch
 from lmrpc.v1 import (
     AbortRequest,
     AllRequests,
+    FinishReason,
     PauseGenerationRequest,
     RequestIds,
     ResumeGenerationRequest,
@@ -93,16 +96,37 @@ def need_running(ctx: Ctx, count: int, why: str) -> None:
         )
 
 
-async def still_streaming(ctx: Ctx, stream: LiveStream, what: str) -> None:
-    """Read until ``stream`` delivers one more message; it must, with no error and not ended."""
+SETTLE_BASE_S = 0.5  # how long a stream is watched after an action that must leave it alone ...
+SETTLE_MESSAGES = 256  # ... or how many more messages, whichever comes first (a fast server's)
+
+
+async def streams_on(ctx: Ctx, stream: LiveStream, what: str) -> bool:
+    """``stream`` (a ``long_request``) goes on across an action that must leave it alone. It is watched
+    for a while first (or for a fast server's many more messages), so that an end the server sent
+    because of the action arrives, behind the tokens that were already on their way: then it is
+    still streaming, with one more message and no error, or it ended as it would have ended anyway
+    (status OK, every output finished "length" at its max_tokens: a fast server may finish it
+    meanwhile). True while it is still streaming: what comes next in the case needs it in flight."""
     seen = len(stream.events)
+    with contextlib.suppress(TimeoutError):
+        watched = stream.read_until(lambda e: e.seq >= seen + SETTLE_MESSAGES)
+        await asyncio.wait_for(watched, SETTLE_BASE_S * ctx.budgets.scale)
     await stream.read_until(lambda e: e.seq >= seen, ctx.budgets.prompt_s)
+    if not stream.done.is_set():
+        return ctx.check.that(len(stream.events) > seen and stream.record.error is None, what,
+                              "still streaming", stream.record.summary())  # fmt: skip
+    record = stream.record
+    limit = record.request.stopping.max_tokens if record.request.stopping else None
+    ends = [(len(v.token_ids), v.finish.reason.name if v.finish else None) for v in record.outputs().values()]
     ctx.check.that(
-        len(stream.events) > seen and stream.record.error is None and not stream.done.is_set(),
-        what,
-        "still streaming",
-        stream.record.summary(),
-    )
+        record.ended_ok and record.error is None and len(ends) == record.n
+        and all(end == (limit, FinishReason.LENGTH.name) for end in ends),
+        f"{what}: it ended meanwhile",
+        f'as it would have: status OK, each of {record.n} outputs "length" at {limit} tokens',
+        f"{record.summary()}, outputs (tokens, finish): {ends}",
+    )  # fmt: skip
+    ctx.note(f"{what}: it ended meanwhile (status OK, finish length at {limit} tokens)")
+    return False
 
 
 async def accepted(ctx: Ctx, stream: LiveStream) -> None:

@@ -10,7 +10,7 @@ from grpclib.const import Status
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
-from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok, outputs_tokens, still_streaming
+from conformance.cases._helpers import NO_SUCH_PATH, abort, first_delta, ok, outputs_tokens, streams_on
 from conformance.harness.context import Ctx
 from conformance.harness.requests import long_request, request
 from conformance.spec.registry import case
@@ -157,7 +157,7 @@ async def profile_into_a_given_folder(ctx: Ctx) -> None:
                 Status.FAILED_PRECONDITION.name,
                 twice.code,
             )
-            await still_streaming(ctx, spanning, "a greedy request in flight while recording")
+            await streams_on(ctx, spanning, "a greedy request in flight while recording")
         finally:
             stopped = await ctx.call(ctx.control.stop_profile, StopProfileRequest())
         traces = list(stopped.trace_files)
@@ -167,7 +167,7 @@ async def profile_into_a_given_folder(ctx: Ctx) -> None:
             f"at least one, each inside {folder!r}",
             traces,
         )
-        await still_streaming(ctx, spanning, "a greedy request in flight after StopProfile")
+        await streams_on(ctx, spanning, "a greedy request in flight after StopProfile")
     finally:
         await ctx.cancel(spanning)  # not an Abort: this case judges the profiler, not ABORT-*
     await _as_alone(ctx, text, spanning, "a greedy request across StartProfile and StopProfile")
@@ -206,7 +206,7 @@ async def refused_update_leaves_a_stream_alone(ctx: Ctx) -> None:
         ctx.check.equal(
             f"UpdateWeights of {NO_SUCH_PATH!r} while a request streams", "NOT_FOUND", outcome.code
         )
-        await still_streaming(ctx, running, "a stream in flight across a refused UpdateWeights")
+        await streams_on(ctx, running, "a stream in flight across a refused UpdateWeights")
     finally:
         await ctx.cancel(running)  # not an Abort: this case judges the update, not ABORT-*
     await _as_alone(ctx, text, running, "a greedy request across a refused update")
@@ -243,7 +243,7 @@ async def reloaded_weights(ctx: Ctx) -> None:
     update = UpdateWeightsRequest(model_path=path, weights_version=name)
     reply = await ctx.call(ctx.control.update_weights, update, timeout_s=ctx.budgets.stream_s)
     ctx.check.equal("UpdateWeightsResponse.weights_version", name, reply.weights_version)
-    await still_streaming(ctx, running, "a stream in flight across UpdateWeights")
+    await streams_on(ctx, running, "a stream in flight across UpdateWeights")
     await ctx.cancel(running)  # not an Abort: this case judges the update, not ABORT-*
     ctx.check.equal("ModelInfo.weights_version after UpdateWeights", name, await _weights_version(ctx))
     ctx.check.equal("greedy tokens after reloading the same weights", before, await _greedy_tokens(ctx))
@@ -267,7 +267,7 @@ async def reloaded_weights_unnamed(ctx: Ctx) -> None:
     ctx.check.that(
         bool(reply.weights_version), "UpdateWeightsResponse.weights_version, none sent", "non-empty", "''"
     )
-    await still_streaming(ctx, running, "an n=2 stream in flight across UpdateWeights")
+    await streams_on(ctx, running, "an n=2 stream in flight across UpdateWeights")
     await ctx.cancel(running)  # not an Abort: this case judges the update, not ABORT-*
     ctx.check.equal(
         "ModelInfo.weights_version after an unnamed UpdateWeights",

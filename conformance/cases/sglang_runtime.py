@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.cases._helpers import first_delta, ok, outputs_tokens, still_streaming
+from conformance.cases._helpers import first_delta, ok, outputs_tokens, streams_on
 from conformance.cases._learned import DETERMINISTIC
 from conformance.cases.abort import expect_aborted_end
 from conformance.drivers.sglang_runtime import SglangRuntimeDriver
@@ -328,7 +328,7 @@ async def abort_one_rid_of_two(ctx: Ctx) -> None:
             reply.success, "Abort(rid) of one of two requests in flight", "success = true", reply.success
         )
         await expect_aborted_end(ctx, target, 1, "the aborted request")
-        await still_streaming(ctx, bystander, "the other request after Abort(rid) of the first")
+        await streams_on(ctx, bystander, "the other request after Abort(rid) of the first")
     finally:
         await ctx.cancel(bystander)
     report(ctx, target.record, "SRT-2", "SRT-3")

@@ -28,7 +28,7 @@ from typing import Any
 
 from grpclib import GRPCError, Status
 
-from conformance.cases._helpers import NO_SUCH_PATH, first_delta, ok, outputs_tokens
+from conformance.cases._helpers import NO_SUCH_PATH, first_delta, ok, outputs_tokens, streams_on
 from conformance.cases._learned import DETERMINISTIC
 from conformance.cases.abort import expect_aborted_end
 from conformance.cases.sglang_runtime import runtime
@@ -38,7 +38,6 @@ from conformance.spec.registry import case
 from conformance.stream.live import LiveStream
 from conformance.vocabulary import CaseFailed, CaseSkipped, Mismatch
 from lmrpc._gen.sglang.runtime import v1 as rt
-from lmrpc.v1 import FinishReason
 
 RUNTIME = ("sglang-runtime",)
 NOT_A_MODEL = "/dev/null"  # a path every POSIX host has, that holds no model
@@ -74,21 +73,6 @@ async def as_alone(ctx: Ctx, stream: LiveStream, what: str) -> None:
 async def cached_tokens(ctx: Ctx, text: str) -> int | None:
     record = ok(ctx, await ctx.generate(request(ctx, text, temperature=0.0, max_tokens=2)))
     return record.usage.cached_prompt_tokens if record.usage else None
-
-
-async def streams_on(ctx: Ctx, stream: LiveStream, what: str) -> None:
-    """One more message of a greedy ``long_request``: still streaming, or ended as it would have
-    ended anyway (status OK, its finish "length"): a fast server may finish it meanwhile, and SGLang
-    holds a weight update until the requests in flight are done."""
-    seen = len(stream.events)
-    await stream.read_until(lambda e: e.seq >= seen, ctx.budgets.prompt_s)
-    if stream.done.is_set():
-        view = ok(ctx, await stream.finish(ctx.budgets.release_s), what).outputs().get(0)
-        reason = view.finish.reason.name if view is not None and view.finish is not None else None
-        ctx.check.equal(f"{what}: its finish (it ended meanwhile)", FinishReason.LENGTH.name, reason)
-        return
-    ctx.check.that(len(stream.events) > seen and stream.record.error is None, what, "still streaming",
-                   stream.record.summary())  # fmt: skip
 
 
 # ── FlushCache ───────────────────────────────────────────────
