@@ -237,6 +237,22 @@ class ReuseBlocked(Mutant):
                 self.ended[rid] = time.monotonic()
 
 
+class DuplicateEndsTheFirst(Mutant):
+    name = "duplicate-ends-the-first"
+    fault = "a Generate with the id of a request in flight is refused (ALREADY_EXISTS), and the request in flight is aborted"
+    expected = frozenset({"REQ-3"})
+
+    async def _generate(self, stream: Stream[GenerateRequest, RawMessage]) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        try:
+            await super()._generate(Replayed(stream, request))
+        except GRPCError as exc:
+            if exc.status is Status.ALREADY_EXISTS and request.request_id:
+                await super().unary("abort", _forward_abort([request.request_id]))
+            raise
+
+
 class AbortMatchesPrefix(Mutant):
     name = "abort-matches-prefix"
     fault = "Abort of an id also aborts every request in flight whose id it is a prefix of (SGLang's match)"
@@ -304,6 +320,7 @@ ABORT_FAULTS: tuple[type[Mutant], ...] = (
     CancelTakesSamePrompt,
     DeadlineAsAborted,
     ReuseBlocked,
+    DuplicateEndsTheFirst,
     AbortMatchesPrefix,
     AbortFirstIdOnly,
     AbortAnswerLostNowAndThen,
