@@ -70,8 +70,12 @@ def git(*args: str) -> str:
 
 
 def default_base() -> str:
+    """The merge base with main; HEAD's parent on main itself, or where no branch is called main."""
     head = git("rev-parse", "HEAD")
-    base = git("merge-base", "HEAD", "main")
+    try:
+        base = git("merge-base", "HEAD", "main")
+    except subprocess.CalledProcessError:
+        base = head
     return git("rev-parse", "HEAD~1") if base == head else base
 
 
