@@ -28,12 +28,13 @@ COLUMN = tuple(os.environ.get("LMRPC_SELFTEST_ZOO_CASES", "").split())  # case I
 SCOPE = f"{'every case' if FULL else 'each on its declared cases'}, {MODE} zoo"  # for the printed scores
 
 
-def scope_args(case_ids: Iterable[str], folder: Path, name: str) -> tuple[str, ...]:
+def scope_args(case_ids: Iterable[str], folder: Path, name: str, *, fixed: bool = False) -> tuple[str, ...]:
     """The ``conformance run`` arguments that limit one mutant's run to ``case_ids`` (nothing in the
-    full mode, or for a correct variant, which declares no case). The IDs go through a ``@file``:
-    a case ID may hold characters the command line's comma lists would split."""
+    full mode, unless ``fixed``: a control made for those cases alone; nothing for a correct variant,
+    which declares no case). The IDs go through a ``@file``: a case ID may hold characters the
+    command line's comma lists would split."""
     ids = sorted(set(case_ids))
-    if FULL or not ids:
+    if (FULL and not fixed) or not ids:
         return ()
     folder.mkdir(parents=True, exist_ok=True)
     listing = folder / f"{name}.cases"

@@ -41,6 +41,9 @@ from conformance.vocabulary import (
 )
 from lmrpc.v1 import GetServerInfoRequest
 
+PROBES = 3  # liveness tries before the target is called down: a stall of one budget is survived
+PROBE_PAUSE_S = 1.0
+
 
 @dataclass(slots=True)
 class Progress:
@@ -143,11 +146,24 @@ def _transcript_repro(session: Session, ctx: Ctx, case: Case, mismatches: list[M
 
 
 async def probe(session: Session) -> tuple[bool, str]:
-    """Is the target still serving? A cheap request only, never a generation: a slow server, or one
-    that serves one request at a time and is busy with a case's, is alive as long as it answers.
-    gRPC: health, or GetServerInfo where there is no health service (a server that says NOT_SERVING
-    and answers is alive: what its health says is HEALTH-1's and HEALTH-2's business); an OpenAI
-    server: its model list."""
+    """Is the target still serving? Asked up to PROBES times, a pause apart: a server (or its host)
+    that stalls for a while and answers again is alive, and the run goes on."""
+    detail = ""
+    for attempt in range(PROBES):
+        if attempt:
+            await asyncio.sleep(PROBE_PAUSE_S)
+        alive, detail = await probe_once(session)
+        if alive:
+            return True, detail
+    return False, f"{detail} ({PROBES} tries, {session.budgets.liveness_s:.0f}s each)"
+
+
+async def probe_once(session: Session) -> tuple[bool, str]:
+    """A cheap request only, never a generation: a slow server, or one that serves one request at
+    a time and is busy with a case's, is alive as long as it answers. gRPC: health, or
+    GetServerInfo where there is no health service (a server that says NOT_SERVING and answers is
+    alive: what its health says is HEALTH-1's and HEALTH-2's business); an OpenAI server: its model
+    list."""
     budget = session.budgets.liveness_s
     if session.protocol in HTTP_PROTOCOLS:
         return await http_alive(session.http, budget)

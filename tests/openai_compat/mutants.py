@@ -584,6 +584,18 @@ class BlocksOnSlowReader(Mutant):
     expected = frozenset({"FLOW-1[openai]"})
 
 
+class StallsOnce(Mutant):
+    """A correct server on a host that pauses once for everyone (a CI machine did, 2026-11-28: the
+    pause landed in FLOW-1's measurement and outlasted its unread stream): neither FLOW-1's verdict
+    nor the run's liveness may blame the server for it."""
+
+    name = "stalls-once"
+    stalls_once_s = 15.0  # past FLOW-1's limit, past one liveness probe's 10 s
+    runs = frozenset({"FLOW-1[openai]"})
+
+
+CONTROLS: tuple[type[Mutant], ...] = (Mutant, StallsOnce)  # must pass every case they run
+
 MUTANTS: tuple[type[Mutant], ...] = (
     UsageOneChoice,
     UsageChunkMissing,

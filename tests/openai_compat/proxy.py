@@ -78,6 +78,8 @@ class Mutant:
     buffered: ClassVar[bool] = False  # collect a stream's events and change them together
     keeps_slot_after_disconnect: ClassVar[bool] = False
     blocks_on_slow_reader: ClassVar[bool] = False
+    stalls_once_s: ClassVar[float] = 0.0  # a host that pauses once for this long (controls only)
+    runs: ClassVar[frozenset[str]] = frozenset()  # a control's cases (empty: every case)
 
     @property
     def is_control(self) -> bool:
@@ -129,6 +131,8 @@ class Proxy:
         self.upstream = upstream.rstrip("/")  # the server root: http://host:port
         self.slots = asyncio.Semaphore(slots)
         self.writing = asyncio.Lock()  # blocks_on_slow_reader: every stream writes under one lock
+        self.streams_since: dict[int, float] = {}  # the streams being written: when each began
+        self.stall_ends: float | None = None  # stalls_once_s: when the one pause ends, once it began
         self.session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
@@ -158,6 +162,8 @@ class Proxy:
             changed = self.mutant.request(call)
             raw, call.body = json.dumps(changed).encode(), changed
         generating = request.path.endswith(("/chat/completions", "/completions"))
+        if self.mutant.stalls_once_s:
+            await self._stall_once(generating and not call.streaming)
         if self.mutant.blocks_on_slow_reader:
             async with self.writing:  # the one loop is stuck in a write to a client that does not read
                 pass
@@ -165,6 +171,16 @@ class Proxy:
             return await self._forward(request, call, raw)
         async with self._slot(request):
             return await self._forward(request, call, raw)
+
+    async def _stall_once(self, may_begin: bool) -> None:
+        """Every request waits out the one pause. It begins at the first request that may begin it
+        while a stream has been written for a second or more: a pause that lands beside a long
+        stream, as a loaded host's did beside FLOW-1's unread one, and lasts past its close."""
+        now = asyncio.get_running_loop().time()
+        if self.stall_ends is None and may_begin and any(now - t >= 1.0 for t in self.streams_since.values()):
+            self.stall_ends = now + self.mutant.stalls_once_s
+        if self.stall_ends is not None and now < self.stall_ends:
+            await asyncio.sleep(self.stall_ends - now)
 
     @contextlib.asynccontextmanager
     async def _slot(self, request: web.Request) -> AsyncIterator[None]:
@@ -211,6 +227,7 @@ class Proxy:
             transport.set_write_buffer_limits(high=4096)
         collected: list[str] = []
         buffered = self.mutant.buffers(call)
+        self.streams_since[id(response)] = asyncio.get_running_loop().time()
         try:
             async for data in _events(upstream):
                 if buffered:
@@ -227,6 +244,8 @@ class Proxy:
                     async for _ in _events(upstream):
                         pass
             raise
+        finally:
+            self.streams_since.pop(id(response), None)
         return response
 
     async def _events_response(self, request: web.Request, events: list[str]) -> web.StreamResponse:

@@ -16,8 +16,7 @@ from zoo_scope import SCOPE, scope_args
 from conformance.cases import all_cases
 from conformance.spec.registry import matches
 
-from .mutants import MUTANTS
-from .proxy import Mutant
+from .mutants import CONTROLS, MUTANTS
 from .servers import ROOT, run_openai, smg_in_front
 
 MIN_MUTANTS = 20
@@ -67,9 +66,9 @@ def zoo() -> Iterator[dict[str, int]]:
 
 def test_each_mutant_fails_exactly_its_cases(zoo: dict[str, int]) -> None:
     problems, rows = [], []
-    for mutant in (Mutant, *MUTANTS):
+    for mutant in (*CONTROLS, *MUTANTS):
         expected, tolerated = expand(mutant.expected), expand(mutant.tolerated)
-        scope = scope_args(expected | tolerated, REPORTS, mutant.name)
+        scope = scope_args(expected | tolerated | mutant.runs, REPORTS, mutant.name, fixed=bool(mutant.runs))
         outcome = run_openai(f"http://127.0.0.1:{zoo[mutant.name]}", REPORTS, mutant.name, *scope)
         failing = outcome.failing
         missed, extra = expected - failing, failing - expected - tolerated

@@ -17,8 +17,8 @@ import signal
 import aiohttp
 from aiohttp import web
 
-from .mutants import MUTANTS
-from .proxy import Mutant, Proxy
+from .mutants import CONTROLS, MUTANTS
+from .proxy import Proxy
 
 SLOTS = 4  # what the upstream runs at once, as the proxies present it (the harness's --parallel)
 
@@ -32,7 +32,7 @@ async def served_model(upstream: str) -> str:
 async def serve(upstream: str, ready_file: str, slots: int) -> None:
     model = await served_model(upstream)
     runners = {}
-    for mutant in (Mutant(), *(m() for m in MUTANTS)):
+    for mutant in (*(m() for m in CONTROLS), *(m() for m in MUTANTS)):
         runner = web.AppRunner(
             Proxy(mutant, upstream, slots, model).app(), access_log=None, handle_signals=False
         )

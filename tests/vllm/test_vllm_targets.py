@@ -96,5 +96,7 @@ def test_smg_in_front_of_the_vllm_grpc_server(install: VllmInstall, grpc_target:
             "--wait",
             "60",
         )
+        if outcome.failing or outcome.exit_code:  # pytest shows it beside the failure
+            print(f"smg's log, its end:\n{gateway.log()[-6000:]}")
     _judged(outcome)
     assert len(outcome.verdicts("PASS")) >= 50
