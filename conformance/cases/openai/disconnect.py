@@ -64,41 +64,54 @@ async def burst(ctx: Ctx, api: Api, count: int) -> float:
     return time.monotonic() - started
 
 
-@openai_case("CANCEL-1", exclusive=True, budget=3.0)
+@openai_case("CANCEL-1", exclusive=True, budget=4.0)
 async def disconnect_frees(ctx: Ctx) -> None:
     """Streams whose clients close their connections mid-stream stop: a burst at the server's
     parallelism right after is answered about as fast as the same burst before, not after the
-    abandoned streams' length."""
+    abandoned streams' length. A slow burst is measured again: a server that still holds abandoned
+    streams is slow both times, a host that paused once is not."""
     api = apis(ctx, "stream")[0]
     width = ctx.http.target.parallel
     request = await long_request(ctx, api)
-    before = max([await burst(ctx, api, width) for _ in range(2)])
-    leave = await asyncio.gather(
-        *(ctx.http.send(request, disconnect_after=EVENTS_BEFORE_LEAVING) for _ in range(width))
-    )
-    broken = [e.summary() for e in leave if e.status != 200 or e.end is not End.CANCELLED]
-    ctx.check.that(
-        not broken,
-        f"{width} long streams, left after {EVENTS_BEFORE_LEAVING} events",
-        "HTTP 200 streams",
-        broken,
-    )
     factor = math.sqrt(request.max_tokens / SHORT_TOKENS if request.max_tokens else 1)
-    limit = max(before * factor, before + 0.5 * ctx.budgets.scale)
-    started = time.monotonic()
-    try:
-        async with asyncio.timeout(limit):
-            await burst(ctx, api, width)
-    except TimeoutError:
-        ctx.check.add(
-            f"a burst of {width} short requests right after {width} clients left their "
-            f"{request.max_tokens}-token streams",
-            f"answered within {limit:.2f}s ({factor:.1f}x the {before:.2f}s the same burst took before)",
-            f"still running after {time.monotonic() - started:.2f}s: the abandoned streams still hold the server",
+    before = math.inf
+    for measurement in range(1, MEASUREMENTS + 1):
+        # the quicker of the measurements' bursts before: a server still busy with the first
+        # measurement's abandoned streams cannot widen the second's limit
+        before = min(before, max([await burst(ctx, api, width) for _ in range(2)]))
+        leave = await asyncio.gather(
+            *(ctx.http.send(request, disconnect_after=EVENTS_BEFORE_LEAVING) for _ in range(width))
         )
-    ctx.note(
-        f"burst before: {before:.2f}s, after the disconnects: {time.monotonic() - started:.2f}s (limit {limit:.2f}s)"
-    )
+        broken = [e.summary() for e in leave if e.status != 200 or e.end is not End.CANCELLED]
+        if not ctx.check.that(
+            not broken,
+            f"{width} long streams, left after {EVENTS_BEFORE_LEAVING} events",
+            "HTTP 200 streams",
+            broken,
+        ):
+            return
+        limit = max(before * factor, before + 0.5 * ctx.budgets.scale)
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(limit):
+                await burst(ctx, api, width)
+        except TimeoutError:
+            after = time.monotonic() - started
+            ctx.note(f"measurement {measurement}: the burst after the disconnects ran past {limit:.2f}s")
+            if measurement < MEASUREMENTS:
+                continue
+            ctx.check.add(
+                f"a burst of {width} short requests right after {width} clients left their "
+                f"{request.max_tokens}-token streams",
+                f"answered within {limit:.2f}s ({factor:.1f}x the {before:.2f}s the same burst took before)",
+                f"still running after {after:.2f}s, in each of {MEASUREMENTS} measurements: the abandoned "
+                "streams still hold the server",
+            )
+            return
+        ctx.note(
+            f"burst before: {before:.2f}s, after the disconnects: {time.monotonic() - started:.2f}s (limit {limit:.2f}s)"
+        )
+        return
 
 
 @openai_case("CANCEL-3", exclusive=True, budget=2.0)
