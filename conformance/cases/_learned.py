@@ -89,6 +89,26 @@ async def token_starts(ctx: Ctx, ids: list[int]) -> list[int]:
     return [len(await ctx.detokenize(ids[:k])) for k in range(len(ids))]
 
 
+async def pick_stop_before_split(ctx: Ctx, learned: OutputView) -> tuple[str, int]:
+    """A stop string completed by a token whose text ends inside the next character (in byte-level
+    vocabularies, a space and the first bytes of a multi-byte character), and the index of its first
+    occurrence: a server that looks for stop strings only in the text a character's last token adds
+    misses it."""
+    ids, text = learned.token_ids, learned.text
+    whole_before = ""
+    for k in range(1, len(ids) + 1):
+        decoded = await ctx.detokenize(ids[:k])
+        whole = decoded.rstrip("\ufffd")
+        if decoded != whole and len(whole) > len(whole_before) and whole[-1].isascii():
+            end = len(whole) - 1
+            for start in range(end, 0, -1):
+                candidate = text[start : end + 1]
+                if sendable(candidate) and text.find(candidate) == start:
+                    return candidate, start
+        whole_before = whole
+    raise CaseSkipped(f"no token of the learned output {text!r} ends inside a character after a stop string")
+
+
 def pick_straddling_stop(text: str, starts: list[int]) -> tuple[str, int]:
     """A 3-character stop string whose first two characters end one token and whose last starts the next,
     so a server must hold the first two back; and the index of its first occurrence."""

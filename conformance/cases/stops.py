@@ -7,6 +7,7 @@ from conformance.cases._helpers import ok
 from conformance.cases._learned import (
     DETERMINISTIC,
     learn,
+    pick_stop_before_split,
     pick_stop_string,
     pick_straddling_stop,
     pin,
@@ -84,6 +85,29 @@ async def earliest_stop_string(ctx: Ctx) -> None:
         "text before the match",
         f"contains neither {early!r} nor {late!r}",
         before,
+    )
+
+
+# Byte-level vocabularies put a space and the first bytes of the next character in one token.
+MULTIBYTE_PROMPT = "新 新 新 新 新 新 新 新"
+
+
+@case(
+    "STOP-2",
+    tag="before-multibyte",
+    requires=("stop_strings", "tokenize", DETERMINISTIC),
+    sends=("generate.stop_strings=1",),
+)
+async def stop_string_before_a_split_character(ctx: Ctx) -> None:
+    """A stop string completed by a token whose text ends inside a character is found once a later
+    token ends that character: the output's text is the text before its first occurrence."""
+    learned = await learn(ctx, MULTIBYTE_PROMPT)
+    stop, start = await pick_stop_before_split(ctx, learned)
+    _, view = await rerun(ctx, MULTIBYTE_PROMPT, stop_strings=[stop], ignore_eos=True)
+    ctx.check.equal(
+        f"text of an output stopped by {stop!r} (completed by a token that ends inside a character)",
+        learned.text[:start],
+        view.text,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from hypothesis import Phase
 
 from conformance.cases.openai._common import make, openai_case, support
+from conformance.cases.openai.stops import MULTIBYTE_PROMPT
 from conformance.drivers.openai.calls import HttpCall
 from conformance.drivers.openai.exchange import OpenAIRequest
 from conformance.drivers.openai.support import Support
@@ -53,6 +54,8 @@ def sentinels(found: Support, max_tokens: int) -> list[OpenAIRequest]:
             out.append(make(api, "日本語で答えてください。🙂", max_tokens=max_tokens, stream=True, **usage))
         if found.has(api, "stop"):
             out.append(make(api, "Once upon a time", max_tokens=max_tokens, temperature=0, stop=[" ", "e"]))
+            stream = {"stream": True} if found.has(api, "stream") else {}
+            out.append(make(api, MULTIBYTE_PROMPT, max_tokens=max_tokens, temperature=0, stop=[" "], **stream))
             if found.has(api, "stream"):
                 out.append(
                     make(

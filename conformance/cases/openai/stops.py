@@ -1,6 +1,6 @@
 """Stop strings: a choice ends at the first occurrence of any of its stop strings and its text is the
-greedy text cut where that occurrence starts (STOP-2), also when it starts inside a token (STOP-6),
-and it ends ``stop`` (FINISH-5). Streamed and not; the greedy text without stop is the oracle, so
+greedy text cut where that occurrence starts (STOP-2), also when it ends where a multi-byte character
+starts or starts inside a token (STOP-6), and it ends ``stop`` (FINISH-5). Streamed and not; the greedy text without stop is the oracle, so
 these cases need greedy decoding to repeat."""
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from conformance.vocabulary import CaseSkipped
 STOP_PROMPT = "Once upon a time"
 TEXT_TOKENS = 24
 NO_MATCH = "\u2603zq\u2603"  # a stop string no output of these prompts contains
+# Byte-level vocabularies put a space and the first bytes of the next character in one token, whose
+# text is whole only once a later token ends the character: a server that looks for stop strings
+# only in the newest token's text misses the space.
+MULTIBYTE_PROMPT = "新 新 新 新 新 新 新 新"
 
 
 def word_start(text: str) -> str | None:
@@ -36,16 +40,35 @@ def inside_word(text: str) -> str | None:
     return None
 
 
-async def greedy_text(ctx: Ctx, api: Api) -> str:
+def before_multibyte(text: str) -> str | None:
+    """A stop string that ends where a multi-byte character starts and first occurs there, after the
+    first character of ``text``."""
+    for end in range(1, len(text) - 1):
+        if text[end].isascii() and not text[end + 1].isascii():
+            for start in range(end, 0, -1):
+                if text.find(text[start : end + 1]) == start:
+                    return text[start : end + 1]
+    return None
+
+
+async def greedy_text(ctx: Ctx, api: Api, prompt: str = STOP_PROMPT) -> str:
     answer = await answered(
-        ctx, make(api, STOP_PROMPT, temperature=0, max_tokens=TEXT_TOKENS), "greedy without stop"
+        ctx, make(api, prompt, temperature=0, max_tokens=TEXT_TOKENS), "greedy without stop"
     )
     return answer.view.texts().get(0, "")
 
 
-async def expect_cut(ctx: Ctx, api: Api, stops: list[str], text: str, *, finish_only: bool = False) -> None:
+async def expect_cut(
+    ctx: Ctx,
+    api: Api,
+    stops: list[str],
+    text: str,
+    *,
+    finish_only: bool = False,
+    prompt: str = STOP_PROMPT,
+) -> None:
     start = min(p for p in (text.find(s) for s in stops) if p >= 0)
-    base = make(api, STOP_PROMPT, temperature=0, max_tokens=TEXT_TOKENS, stop=stops)
+    base = make(api, prompt, temperature=0, max_tokens=TEXT_TOKENS, stop=stops)
     variants: list[tuple[str, OpenAIRequest]] = [("", base)]
     if support(ctx).has(api, "stream"):
         variants.append((" streamed", base.with_body(stream=True)))
@@ -58,21 +81,28 @@ async def expect_cut(ctx: Ctx, api: Api, stops: list[str], text: str, *, finish_
         ctx.check.equal(f"{what}: finish_reason", "stop", got_finish)
 
 
-STOP_VARIANTS = [Variant({"kind": "word"}, tag="word"), Variant({"kind": "later-entry"}, tag="later-entry")]
+STOP_VARIANTS = [
+    Variant({"kind": "word"}, tag="word"),
+    Variant({"kind": "later-entry"}, tag="later-entry"),
+    Variant({"kind": "before-multibyte"}, tag="before-multibyte"),
+]
 
 
 @openai_case("STOP-2", variants=STOP_VARIANTS, exclusive=True)
 async def first_occurrence(ctx: Ctx) -> None:
-    """A choice ends where the first occurrence of a stop string (the only one, or a later entry of
-    the list) starts in the greedy text, streamed and not."""
+    """A choice ends where the first occurrence of a stop string (the only one, a later entry of the
+    list, or one that ends where a multi-byte character starts) starts in the greedy text, streamed
+    and not."""
     support(ctx).need_determinism()
+    kind = ctx.params["kind"]
+    prompt = MULTIBYTE_PROMPT if kind == "before-multibyte" else STOP_PROMPT
     for api in apis(ctx, "stop"):
-        text = await greedy_text(ctx, api)
-        stop = word_start(text)
+        text = await greedy_text(ctx, api, prompt)
+        stop = before_multibyte(text) if kind == "before-multibyte" else word_start(text)
         if stop is None:
-            raise CaseSkipped(f"the greedy text {text!r} has no word to stop at")
-        stops = [NO_MATCH, stop] if ctx.params["kind"] == "later-entry" else [stop]
-        await expect_cut(ctx, api, stops, text)
+            raise CaseSkipped(f"the greedy text {text!r} of {prompt!r} has no place for a {kind} stop")
+        stops = [NO_MATCH, stop] if kind == "later-entry" else [stop]
+        await expect_cut(ctx, api, stops, text, prompt=prompt)
 
 
 @openai_case("STOP-6", exclusive=True)
