@@ -360,7 +360,7 @@ OBSERVED_BY: dict[str, tuple[str, ...]] = {
     "STOP-1.1": ("STOP-1[stop-string]", "STOP-1[stop-token]", "STOP-4[eos]", "STREAM-4"),
     "STOP-1.2": ("STOP-1[include]", "STOP-6[inside-token]", "STREAM-4"),
     "STOP-1.3": ("STOP-1[stop-token]", "STOP-6[inside-token]"),
-    "STOP-2.1": ("STOP-2", "STOP-2[later-entry]"),
+    "STOP-2.1": ("STOP-2", "STOP-2[later-entry]", "STOP-2[before-multibyte]"),
     "STOP-2.2": ("STOP-2[before-min-tokens]", "STREAM-4"),  # STREAM-4: the pool's min_tokens
     "STOP-2.3": ("STOP-2[incomplete-end]", "STOP-2[incomplete-end-suffix]"),
     "STOP-3.1": ("STOP-3", "STOP-1[stop-token]"),

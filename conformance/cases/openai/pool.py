@@ -55,7 +55,9 @@ def sentinels(found: Support, max_tokens: int) -> list[OpenAIRequest]:
         if found.has(api, "stop"):
             out.append(make(api, "Once upon a time", max_tokens=max_tokens, temperature=0, stop=[" ", "e"]))
             stream = {"stream": True} if found.has(api, "stream") else {}
-            out.append(make(api, MULTIBYTE_PROMPT, max_tokens=max_tokens, temperature=0, stop=[" "], **stream))
+            out.append(
+                make(api, MULTIBYTE_PROMPT, max_tokens=max_tokens, temperature=0, stop=[" "], **stream)
+            )
             if found.has(api, "stream"):
                 out.append(
                     make(

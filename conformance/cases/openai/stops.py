@@ -18,6 +18,7 @@ NO_MATCH = "\u2603zq\u2603"  # a stop string no output of these prompts contains
 # text is whole only once a later token ends the character: a server that looks for stop strings
 # only in the newest token's text misses the space.
 MULTIBYTE_PROMPT = "新 新 新 新 新 新 新 新"
+MULTIBYTE_PROMPTS = (MULTIBYTE_PROMPT, f"Repeat exactly: {MULTIBYTE_PROMPT}")  # a chat model may not echo
 
 
 def word_start(text: str) -> str | None:
@@ -95,14 +96,22 @@ async def first_occurrence(ctx: Ctx) -> None:
     and not."""
     support(ctx).need_determinism()
     kind = ctx.params["kind"]
-    prompt = MULTIBYTE_PROMPT if kind == "before-multibyte" else STOP_PROMPT
+    prompts = MULTIBYTE_PROMPTS if kind == "before-multibyte" else (STOP_PROMPT,)
+    unplaced = []
     for api in apis(ctx, "stop"):
-        text = await greedy_text(ctx, api, prompt)
-        stop = before_multibyte(text) if kind == "before-multibyte" else word_start(text)
-        if stop is None:
-            raise CaseSkipped(f"the greedy text {text!r} of {prompt!r} has no place for a {kind} stop")
-        stops = [NO_MATCH, stop] if kind == "later-entry" else [stop]
-        await expect_cut(ctx, api, stops, text, prompt=prompt)
+        for prompt in prompts:
+            text = await greedy_text(ctx, api, prompt)
+            stop = before_multibyte(text) if kind == "before-multibyte" else word_start(text)
+            if stop is not None:
+                stops = [NO_MATCH, stop] if kind == "later-entry" else [stop]
+                await expect_cut(ctx, api, stops, text, prompt=prompt)
+                break
+        else:
+            unplaced.append(f"{api}: {text!r}")
+    if len(unplaced) == len(apis(ctx, "stop")):
+        raise CaseSkipped(f"no greedy text has a place for a {kind} stop ({'; '.join(unplaced)})")
+    if unplaced:
+        ctx.note(f"not checked, no place for a {kind} stop: {'; '.join(unplaced)}")
 
 
 @openai_case("STOP-6", exclusive=True)

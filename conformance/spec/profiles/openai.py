@@ -169,7 +169,8 @@ OPENAI = Profile(
         "STOP-1": reads("a stop string never appears in a choice's content, also across chunk boundaries"),
         "STOP-2": reads(
             "a choice ends at the first occurrence of a stop string: its text is the greedy text without "
-            "stop, cut where the stop string starts"
+            "stop, cut where the stop string starts, also when its last character shares a token with the "
+            "first bytes of a multi-byte character"
         ),
         "STOP-3": na("no stop token ids in OpenAI's API"),
         "STOP-4": na("no `ignore_eos` in OpenAI's API; a natural end reads `stop` (FINISH-5)"),

@@ -214,7 +214,12 @@ SGLANG_RUNTIME = Profile(
         "STOP-1[stop-token]": na("Generate's responses carry no text"),
         **{
             case_id: na(NO_TEXT_TO_LEARN)
-            for case_id in ("STOP-2", "STOP-2[later-entry]", "STOP-2[before-min-tokens]")
+            for case_id in (
+                "STOP-2",
+                "STOP-2[later-entry]",
+                "STOP-2[before-min-tokens]",
+                "STOP-2[before-multibyte]",
+            )
         },
         "EMBED-1[batches]": na(
             "it judges each batch's request id: OpenAIEmbed carries none (EMBED-3[native] reads TextEmbed's and "
