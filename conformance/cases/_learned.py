@@ -89,6 +89,23 @@ async def token_starts(ctx: Ctx, ids: list[int]) -> list[int]:
     return [len(await ctx.detokenize(ids[:k])) for k in range(len(ids))]
 
 
+# Byte-level vocabularies put a space and the first bytes of the next character in one token.
+MULTIBYTE_PROMPT = "新 新 新 新 新 新 新 新"
+
+
+def stop_before_multibyte(text: str) -> tuple[str, int] | None:
+    """A stop string that ends where a multi-byte character starts and first occurs there (not at 0),
+    and that index: in byte-level vocabularies its last character shares a token with the first
+    bytes of that character, for servers that match stop strings on text they decode."""
+    for end in range(1, len(text) - 1):
+        if text[end].isascii() and not text[end + 1].isascii():
+            for start in range(end, 0, -1):
+                candidate = text[start : end + 1]
+                if sendable(candidate) and text.find(candidate) == start:
+                    return candidate, start
+    return None
+
+
 async def pick_stop_before_split(ctx: Ctx, learned: OutputView) -> tuple[str, int]:
     """A stop string completed by a token whose text ends inside the next character (in byte-level
     vocabularies, a space and the first bytes of a multi-byte character), and the index of its first

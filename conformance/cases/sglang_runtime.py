@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.cases._helpers import first_delta, ok, outputs_tokens, streams_on
-from conformance.cases._learned import DETERMINISTIC
+from conformance.cases._learned import DETERMINISTIC, MULTIBYTE_PROMPT, stop_before_multibyte
 from conformance.cases.abort import expect_aborted_end
 from conformance.drivers.sglang_runtime import SglangRuntimeDriver
 from conformance.harness.context import Ctx
@@ -101,11 +101,13 @@ class TextResponse:
         return self.meta.get("finish_reason")
 
 
-async def text_responses(ctx: Ctx, *, stop: list[str], stream: bool) -> list[TextResponse]:
-    """One greedy TextGenerate call of PROMPT (EOS ignored) with ``stop``: its responses, in order."""
+async def text_responses(
+    ctx: Ctx, *, stop: list[str], stream: bool, prompt: str = PROMPT
+) -> list[TextResponse]:
+    """One greedy TextGenerate call of ``prompt`` (EOS ignored) with ``stop``: its responses, in order."""
     driver = runtime(ctx)
     call = rt.TextGenerateRequest(
-        text=PROMPT,
+        text=prompt,
         sampling_params=rt.SamplingParams(
             temperature=0.0,
             max_new_tokens=max(2 * ctx.tuning.max_tokens, 16),
@@ -133,9 +135,11 @@ def final_text(ctx: Ctx, responses: list[TextResponse], what: str) -> str:
     return "".join(r.text for r in responses) if driver.incremental else finished[-1].text
 
 
-async def learned_text(ctx: Ctx) -> str:
-    """The greedy text of PROMPT with no stop string: what the stop cases cut."""
-    return final_text(ctx, await text_responses(ctx, stop=[], stream=False), "TextGenerate without stop")
+async def learned_text(ctx: Ctx, prompt: str = PROMPT) -> str:
+    """The greedy text of ``prompt`` with no stop string: what the stop cases cut."""
+    return final_text(
+        ctx, await text_responses(ctx, stop=[], stream=False, prompt=prompt), "TextGenerate without stop"
+    )
 
 
 def stop_candidates(text: str) -> list[tuple[str, int]]:
@@ -201,6 +205,23 @@ async def text_stop_first_to_end(ctx: Ctx) -> None:
     responses = await text_responses(ctx, stop=[late, early], stream=False)
     ctx.check.equal(f"{what}: the output's text (the learned text cut where {early!r} starts)", text[:at],
                     final_text(ctx, responses, what))  # fmt: skip
+
+
+@case("STOP-2", tag="text-generate-before-multibyte", requires=(GREEDY, "stop_strings"), protocols=RUNTIME)
+async def text_stop_before_multibyte(ctx: Ctx) -> None:
+    """Through TextGenerate, streamed and not: a stop string that ends where a multi-byte character
+    starts (its last character shares a token with that character's first bytes) ends the output
+    where it starts, as any other does."""
+    text = await learned_text(ctx, MULTIBYTE_PROMPT)
+    found = stop_before_multibyte(text)
+    if found is None:
+        raise CaseSkipped(f"no stop string ends where a multi-byte character starts in {text[:60]!r}")
+    stop, at = found
+    for stream in (True, False):
+        what = f"TextGenerate {'streamed' if stream else 'stream unset'} with stop {stop!r}"
+        responses = await text_responses(ctx, stop=[stop], stream=stream, prompt=MULTIBYTE_PROMPT)
+        ctx.check.equal(f"{what}: the output's text (the learned text cut where {stop!r} starts)", text[:at],
+                        final_text(ctx, responses, what))  # fmt: skip
 
 
 @case("FINISH-5", tag="text-generate", requires=(GREEDY, "stop_strings"), protocols=RUNTIME)

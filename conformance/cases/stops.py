@@ -6,6 +6,7 @@ from __future__ import annotations
 from conformance.cases._helpers import ok
 from conformance.cases._learned import (
     DETERMINISTIC,
+    MULTIBYTE_PROMPT,
     learn,
     pick_stop_before_split,
     pick_stop_string,
@@ -86,10 +87,6 @@ async def earliest_stop_string(ctx: Ctx) -> None:
         f"contains neither {early!r} nor {late!r}",
         before,
     )
-
-
-# Byte-level vocabularies put a space and the first bytes of the next character in one token.
-MULTIBYTE_PROMPT = "新 新 新 新 新 新 新 新"
 
 
 @case(

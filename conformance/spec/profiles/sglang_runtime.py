@@ -93,7 +93,8 @@ SGLANG_RUNTIME = Profile(
         ),
         "STOP-2": reads(
             "through TextGenerate: the output ends at the stop string whose first occurrence ends first, "
-            "whatever its place in the list; Generate's responses carry no text to learn one from"
+            "whatever its place in the list, also one that ends where a multi-byte character starts; "
+            "Generate's responses carry no text to learn one from"
         ),
         "STOP-4": reads("an EOS end reports `matched` = the EOS id"),
         "STOP-7": na("no no_stop_trim field: the stop text is always trimmed"),
