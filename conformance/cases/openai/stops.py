@@ -1,7 +1,7 @@
 """Stop strings: a choice ends at the first occurrence of any of its stop strings and its text is the
 greedy text cut where that occurrence starts (STOP-2), also when it ends where a multi-byte character
-starts or starts inside a token (STOP-6), and it ends ``stop`` (FINISH-5). Streamed and not; the greedy text without stop is the oracle, so
-these cases need greedy decoding to repeat."""
+starts or starts inside a token (STOP-6), and it ends ``stop`` (FINISH-5). Streamed and not; the
+greedy text without stop is the oracle, so these cases need greedy decoding to repeat."""
 
 from __future__ import annotations
 
