@@ -20,7 +20,9 @@ What the events get:
 - a ``complete`` is an ``OutputFinished``: ``finish_reason`` "stop"/"length"/"abort"; a matched
   token id is a ``stop_token_id`` when the request asked for it, else an ``eos_token_id``; a "stop"
   without a match is an EOS finish when the output's last token is an EOS id (vLLM reports no
-  match for EOS). With ``stream = false`` its ``output_ids`` come first as the one delta;
+  match for EOS), read the same way: a stop token when the request asked for that id too, since
+  the protocol cannot say which of the two ended it. With ``stream = false`` its ``output_ids``
+  come first as the one delta;
 - the ``complete`` that finishes the last output carries the ``Usage`` smg builds: the prompt
   once (the maximum), the outputs' completion tokens summed, the largest ``cached_tokens``;
 - a status after the first message (the protocols' errors) is a terminal ``RequestError``.
@@ -295,8 +297,9 @@ class Normalizer:
             return StopMatch(stop_token_id=token) if token in stop_ids else StopMatch(eos_token_id=token)
         if complete.finish_reason != "stop":
             return None
-        if ids and ids[-1] in self.eos_ids:
-            return StopMatch(eos_token_id=ids[-1])  # vLLM reports no match for an EOS token
+        if ids and ids[-1] in self.eos_ids:  # vLLM reports no match for an EOS token
+            last = ids[-1]
+            return StopMatch(stop_token_id=last) if last in stop_ids else StopMatch(eos_token_id=last)
         return StopMatch()  # "stop" with nothing that stopped it: FINISH-5 reports it
 
     def _usage(self) -> Usage:

@@ -339,3 +339,21 @@ def test_profiles_name_real_clauses_and_cases() -> None:
 def test_the_profile_table_in_the_docs_is_current() -> None:
     done = subprocess.run([sys.executable, "tools/profile_table.py", "--check"], cwd=ROOT, check=False)
     assert done.returncode == 0, "docs/conformance.md is out of date: run tools/profile_table.py"
+
+
+def test_an_unmatched_stop_on_a_token_both_eos_and_requested_is_the_stop_token() -> None:
+    """vLLM checks EOS before the request's stop tokens and reports no match for an EOS token, so an
+    output that ends on a token that is both reads as "stop" with no match: the protocol cannot say
+    which of the two ended it, so it is read as lmrpc.v1 reports such a token (FINISH-5)."""
+    request, findings = expressed(stop_token_ids=(EOS,)), []
+    normalizer = Normalizer(request, cumulative=False, eos_ids=(EOS,), findings=findings)
+    events = run(
+        normalizer,
+        [
+            vllm.GenerateStreamChunk(token_ids=[10, EOS], prompt_tokens=3, completion_tokens=2),
+            vllm.GenerateComplete(finish_reason="stop", prompt_tokens=3, completion_tokens=2),
+        ],
+    )
+    finished = [e.finished for e in events if e.finished is not None]
+    assert finished[-1].stop is not None and finished[-1].stop.stop_token_id == EOS
+    assert validate(record_of(request, events, findings), facts(request), ["FINISH-5"]) == []
