@@ -2,15 +2,26 @@
 
     python bench/anchors.py [--threads 1] [--concurrency 1,8,32] [--rounds 3] [--seconds 12]
                             [--prefill 2048,8000] [--prefill-rounds 1] [--context 4096,8000]
+                            [--llama-isa native,avx2] [--lmrpc-args ARGS] [--lmrpc-extra ARGS]
                             [--build] [--json out.json]
+
+AVX2 comparison, in one run: lmrpc on its native kernels and (a second server) on its AVX2
+kernels, beside llama.cpp built for the native ISA and for AVX2 only (``bash
+bench/build_llama_server.sh avx2`` builds that once, ~15 min on 2 cores; ``--build`` runs it):
+
+    python bench/anchors.py --threads 1 --llama-isa native,avx2 --lmrpc-extra "--kernels avx2"
 
 Servers, all started once and left up (an idle one uses no CPU):
 - ``lmrpc``: the reference server (``--engine model``), bf16 weights dequantized from the
-  embedded SmolLM2-135M Q4_1 GGUF, ``--threads N``;
+  embedded SmolLM2-135M Q4_1 GGUF, ``--threads N`` (with ``--lmrpc-args "ARGS"``, those extra
+  arguments too, and named ``lmrpc ARGS``);
 - ``llama.cpp Q4_1``: llama-server on that same GGUF (its own Q4_1 kernels);
 - ``llama.cpp bf16``: llama-server on a bf16 GGUF written by ``bench/gguf_bf16.py`` from the same
   dequantized values, so precision is equal both ways;
 - with ``--lmrpc-extra "ARGS"``, a second lmrpc server with those extra arguments.
+The llama.cpp pair runs once per build in ``--llama-isa`` (default ``native``: GGML_NATIVE;
+``avx2``: AVX2/FMA/F16C only, no AVX-512). With more than the native build alone, each row names
+its build: ``llama.cpp native Q4_1``, ``llama.cpp avx2 bf16``, ...
 llama-server runs with ``--threads N --threads-batch N``, one slot per stream, one shared KV
 buffer (``--kv-unified``), its prompt cache on (lmrpc has its prefix cache on too).
 
@@ -36,7 +47,7 @@ one-stream figure as a fraction of that limit. ``--lmrpc-extra "--weights q4_1"`
 on the GGUF's own 4-bit blocks beside the bf16 default.
 Memory: each server's PSS (all its processes, shared pages counted once; bench/process_memory.py)
 idle after the warm-up and at the end of each streams window.
-The llama-server binary is built by ``bench/build_llama_server.sh`` (``--build`` runs it).
+The llama-server binaries are built by ``bench/build_llama_server.sh [avx2]`` (``--build`` runs it).
 """
 
 from __future__ import annotations
@@ -61,7 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bandwidth import read_bandwidth_gbps
 from gguf_bf16 import ensure_bf16
-from llama_cpp import LlamaServer, llama_server_binary
+from llama_cpp import ISAS, LlamaServer, llama_server_binary
 from process_memory import tree_pss_mb
 
 from lmrpc.client import LmrpcClient
@@ -354,17 +365,46 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--context-tokens", type=int, default=64, help="tokens decoded after each long prompt"
     )
+    parser.add_argument("--lmrpc-args", default="", help="extra args for the (first) lmrpc server")
     parser.add_argument("--lmrpc-extra", default=None, help="also run an lmrpc server with these args")
+    parser.add_argument(
+        "--llama-isa",
+        default="native",
+        help=f"llama.cpp builds to run, comma-separated, of {','.join(ISAS)} (each: Q4_1 and bf16)",
+    )
     parser.add_argument("--skip-q4", action="store_true", help="no llama.cpp Q4_1 server")
     parser.add_argument("--build", action="store_true", help="build llama-server if it is missing")
     parser.add_argument("--json", default=None)
     return parser.parse_args()
 
 
+def llama_isas(args: argparse.Namespace) -> list[str]:
+    isas = [isa.strip() for isa in args.llama_isa.split(",") if isa.strip()]
+    unknown = [isa for isa in isas if isa not in ISAS]
+    if not isas or unknown:
+        raise SystemExit(f"--llama-isa: {args.llama_isa!r}, want a list of {', '.join(ISAS)}")
+    return list(dict.fromkeys(isas))
+
+
+def llama_name(isas: list[str], isa: str, weights: str) -> str:
+    """``llama.cpp Q4_1`` for the native build alone (as before), else ``llama.cpp avx2 Q4_1``."""
+    return f"llama.cpp {weights}" if isas == ["native"] else f"llama.cpp {isa} {weights}"
+
+
+def lmrpc_name(args: argparse.Namespace) -> str:
+    return f"lmrpc {args.lmrpc_args}" if args.lmrpc_args else "lmrpc"
+
+
 def start_targets(
-    stack: ExitStack, args: argparse.Namespace, binary: Path, gguf: Path, bf16: Path, context: int
+    stack: ExitStack,
+    args: argparse.Namespace,
+    binaries: dict[str, Path],
+    gguf: Path,
+    bf16: Path,
+    context: int,
 ) -> list[Target]:
-    """lmrpc (and lmrpc with --lmrpc-extra), llama.cpp on the Q4_1 GGUF and on its bf16 copy."""
+    """lmrpc (and lmrpc with --lmrpc-extra), then per llama.cpp build, llama.cpp on the Q4_1 GGUF
+    and on its bf16 copy."""
     concurrency = [int(c) for c in args.concurrency.split(",")]
     lmrpc_args = ["--threads", str(args.threads), "--no-embedding", "--kv-tokens", "32768"]
     lmrpc_args += ["--max-running", str(max(64, *concurrency))]
@@ -374,22 +414,24 @@ def start_targets(
         server = ServerProcess(engine="model", args=(*lmrpc_args, *extra), startup_timeout_s=600)
         targets.append(LmrpcTarget(name, stack.enter_context(server)))
 
-    def start_llama(name: str, model: Path) -> None:
+    def start_llama(name: str, binary: Path, model: Path) -> None:
         server = LlamaServer(binary, model, threads=args.threads, slots=max(concurrency), context=context)
         targets.append(LlamaTarget(name, stack.enter_context(server)))
 
-    start_lmrpc("lmrpc", [])
+    start_lmrpc(lmrpc_name(args), shlex.split(args.lmrpc_args))
     if args.lmrpc_extra:
         start_lmrpc("lmrpc " + args.lmrpc_extra, shlex.split(args.lmrpc_extra))
-    if not args.skip_q4:
-        start_llama("llama.cpp Q4_1", gguf)
-    start_llama("llama.cpp bf16", bf16)
+    isas = list(binaries)
+    for isa, binary in binaries.items():
+        if not args.skip_q4:
+            start_llama(llama_name(isas, isa, "Q4_1"), binary, gguf)
+        start_llama(llama_name(isas, isa, "bf16"), binary, bf16)
     return targets
 
 
 def print_sample(sample: Sample) -> None:
     print(
-        f"  round {sample.round} {sample.setting:<14} {sample.target:<22} {sample.tokens_per_s:8.1f} tok/s  "
+        f"  round {sample.round} {sample.setting:<14} {sample.target:<24} {sample.tokens_per_s:8.1f} tok/s  "
         f"TTFT p50 {sample.ttft_p50_ms:8.1f} ms  p99 {sample.ttft_p99_ms:8.1f} ms  "
         f"load {sample.load_average:.2f}",
         flush=True,
@@ -453,23 +495,28 @@ def main() -> None:
     source = resolve_model(None)
     tokenizer = load_tokenizer(source)
     prompts = chat_prompts(tokenizer, 64)
-    binary = llama_server_binary(build=args.build)
+    isas = llama_isas(args)
+    binaries = {isa: llama_server_binary(build=args.build, isa=isa) for isa in isas}
     bf16 = ensure_bf16(Path(source.path))
     longest = [n + 16 for n in prefill_lengths] + [n + args.context_tokens + 16 for n in context_lengths]
     context = max([8192, *longest]) + max(concurrency) * (args.max_tokens + 64)
     print(f"CPU: {cpu_model()}; lmrpc kernels: {native_kernels_or_why()}")
     bandwidth = {n: read_bandwidth_gbps(n) for n in sorted({1, args.threads, os.cpu_count() or 1})}
     print("read bandwidth: " + ", ".join(f"{n} thread(s) {g:.1f} GB/s" for n, g in bandwidth.items()))
-    weight_bytes = {"lmrpc": lmrpc_weight_bytes([]), "llama.cpp bf16": bf16.stat().st_size}
+    weight_bytes = {lmrpc_name(args): lmrpc_weight_bytes(shlex.split(args.lmrpc_args))}
     if args.lmrpc_extra:
         weight_bytes["lmrpc " + args.lmrpc_extra] = lmrpc_weight_bytes(shlex.split(args.lmrpc_extra))
-    weight_bytes["llama.cpp Q4_1"] = Path(source.path).stat().st_size
-    print(f"llama-server: {binary}\nbf16 GGUF: {bf16}\nthreads {args.threads}, max_tokens {args.max_tokens}, "
+    for isa in isas:
+        weight_bytes[llama_name(isas, isa, "Q4_1")] = Path(source.path).stat().st_size
+        weight_bytes[llama_name(isas, isa, "bf16")] = bf16.stat().st_size
+    for isa, binary in binaries.items():
+        print(f"llama-server ({isa}): {binary}")
+    print(f"bf16 GGUF: {bf16}\nthreads {args.threads}, max_tokens {args.max_tokens}, "
           f"window {args.seconds}s after {args.warmup}s, {args.rounds} rounds, {os.cpu_count()} cores")  # fmt: skip
 
     samples: list[Sample] = []
     with ExitStack() as stack:
-        targets = start_targets(stack, args, binary, Path(source.path), bf16, context)
+        targets = start_targets(stack, args, binaries, Path(source.path), bf16, context)
         memory = measure_streams(targets, prompts, args, samples)
         measure_long_prompts(targets, tokenizer, args, samples)
     names = [t.name for t in targets]
@@ -487,6 +534,7 @@ def main() -> None:
             "read_bandwidth_gbps": bandwidth,
             "cpu": cpu_model(),
             "lmrpc_kernels": native_kernels_or_why(),
+            "llama_server": {isa: str(binary) for isa, binary in binaries.items()},
             "weight_bytes": weight_bytes,
             "memory_pss_mb": memory,
         }

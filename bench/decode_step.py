@@ -1,7 +1,7 @@
 """Where one decode step goes at 1 stream, and before/after comparisons of it.
 
     python bench/decode_step.py [--threads 1] [--steps 96] [--rounds 3] [--trees DIR,DIR,...]
-                                [--kernels torch|native] [--kv-cache dense|int8] [--context 48]
+                                [--kernels torch|native|avx512|avx2] [--kv-cache dense|int8] [--context 48]
                                 [--json out.json]
 
 In-process, no gRPC: a ``ModelEngine`` (bf16, the embedded model, ``--weights``, ``--kv-cache``) decodes one greedy
@@ -159,7 +159,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--weights", default="dense", choices=("dense", "q4_1", "int8"))
-    parser.add_argument("--kernels", default="torch", choices=("torch", "native"))
+    parser.add_argument("--kernels", default="torch", choices=("torch", "native", "avx512", "avx2"))
     parser.add_argument("--kv-cache", default="dense", choices=("dense", "int8"))
     parser.add_argument("--context", type=int, default=48, help="prompt tokens before the timed decode")
     parser.add_argument("--trees", default=str(Path(__file__).resolve().parents[1]))

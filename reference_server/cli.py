@@ -8,6 +8,7 @@ import logging
 import sys
 
 from reference_server.config import (
+    KERNELS,
     KV_CACHE_FORMATS,
     WEIGHT_FORMATS,
     EngineOptions,
@@ -103,10 +104,12 @@ def _engine_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--kernels",
-        choices=("auto", "native", "torch"),
+        choices=KERNELS,
         default="auto",
-        help="native: every engine step in one compiled call (x86-64 CPU with AVX512-BF16 and a C "
-        "compiler, bfloat16); torch: the torch model; auto (default): native where it runs",
+        help="native: every engine step in one compiled call (an x86-64 CPU with AVX512-BF16, or AVX2 "
+        "with FMA and F16C, and a C compiler; bfloat16) in the best instruction set the CPU runs; "
+        "avx512 or avx2: in that one (avx2 runs on an AVX-512 host too); torch: the torch model; "
+        "auto (default): native where it runs",
     )
     parser.add_argument("--no-embedding", action="store_true", help="do not load the embedding model")
 

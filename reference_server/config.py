@@ -13,6 +13,9 @@ from typing import Literal
 WEIGHT_FORMATS = ("dense", "q4_1", "int8")
 # the KV cache's formats: dense (in the model's dtype) or int8 (8-bit codes and a scale per token and KV head)
 KV_CACHE_FORMATS = ("dense", "int8")
+# native: the native kernels in the best instruction set this CPU runs; avx512 or avx2: in that one
+# (to test or measure either on one host); torch: the torch model; auto: native where it runs
+KERNELS = ("auto", "native", "avx512", "avx2", "torch")
 DEFAULT_MAX_BATCH_TOKENS = 512  # tokens one model engine step takes in (the chunked-prefill budget)
 
 EngineKind = Literal["model", "fake"]
@@ -95,7 +98,7 @@ class EngineOptions:
     kv_events: bool = True  # report the prefix cache as KV-cache events (for smg's routing)
     weights: str = "dense"  # dense, q4_1 or int8 (reference_server/engine/config.py)
     kv_cache: str = "dense"  # dense or int8 (reference_server/engine/config.py)
-    kernels: str = "auto"  # auto, native or torch (reference_server/engine/native/)
+    kernels: str = "auto"  # one of KERNELS (reference_server/engine/native/)
     cuda_graphs: bool = True  # decode steps on a GPU replay CUDA graphs (engine/cuda_graphs.py)
 
     def __post_init__(self) -> None:
@@ -113,8 +116,8 @@ class EngineOptions:
             raise ValueError(f"weights={self.weights!r} must be one of {', '.join(WEIGHT_FORMATS)}")
         if self.kv_cache not in KV_CACHE_FORMATS:
             raise ValueError(f"kv_cache={self.kv_cache!r} must be one of {', '.join(KV_CACHE_FORMATS)}")
-        if self.kernels not in ("auto", "native", "torch"):
-            raise ValueError(f"kernels={self.kernels!r} must be 'auto', 'native' or 'torch'")
+        if self.kernels not in KERNELS:
+            raise ValueError(f"kernels={self.kernels!r} must be one of {', '.join(KERNELS)}")
 
     @property
     def torch_threads(self) -> int:

@@ -6,15 +6,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reference_server.config import DEFAULT_MAX_BATCH_TOKENS, KV_CACHE_FORMATS, WEIGHT_FORMATS
+from reference_server.config import DEFAULT_MAX_BATCH_TOKENS, KERNELS, KV_CACHE_FORMATS, WEIGHT_FORMATS
 from reference_server.cpu import bf16_gemm_native
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
+from reference_server.engine.native.kernels import ISAS, Isa, best_isa, missing_flags
 from reference_server.models.source import ModelSource, resolve_model
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 ATTENTION_BACKENDS = ("auto", "sdpa", "flashinfer")
-KERNELS = ("auto", "native", "torch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +38,9 @@ class ModelEngineConfig:
     # codes of its largest value, with that scale beside them: half the memory, and half the bytes
     # a decode step reads at long context (native kernels only; a head_dim that is a multiple of 64).
     kv_cache: str = "dense"
-    # native: every step in one compiled call (engine/native/; an x86-64 CPU with AVX512-BF16 and a C
-    # compiler, bfloat16); torch: the torch model; auto: native where it runs
+    # native: every step in one compiled call (engine/native/; an x86-64 CPU with AVX512-BF16, or AVX2
+    # with FMA and F16C, and a C compiler; bfloat16), in the best instruction set the CPU runs;
+    # avx512 or avx2: in that one; torch: the torch model; auto: native where it runs
     kernels: str = "auto"
     context_length: int | None = None  # a shorter context window than the model's; None: the model's
     # decode steps on a GPU with flashinfer attention replay one CUDA graph per batch size
@@ -86,8 +87,24 @@ class ModelEngineConfig:
             return DTYPES[self.dtype]
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             return torch.float16
-        if device.type == "cpu" and self.weights == "dense" and not bf16_gemm_native():
+        if (
+            device.type == "cpu"
+            and self.weights == "dense"
+            and not bf16_gemm_native()
+            and not self.native_cpu()
+        ):
             return (
                 torch.float32
             )  # bf16 is emulated here: 2-7x slower than float32 (quantized weights need bf16)
         return torch.bfloat16
+
+    def kernel_isa(self) -> Isa | None:
+        """The instruction set ``kernels`` forces; None: the best this CPU runs (auto, native)."""
+        return self.kernels if self.kernels in ISAS else None
+
+    def native_cpu(self) -> bool:
+        """Whether the native kernels may run on this CPU (its flags; the model's shape aside)."""
+        if self.kernels == "torch":
+            return False
+        isa = self.kernel_isa()
+        return best_isa() is not None if isa is None else not missing_flags(isa)

@@ -19,7 +19,7 @@ from reference_server.engine.host_memory import keep_freed_memory, release_freed
 from reference_server.engine.kv_manager import KVManager
 from reference_server.engine.kv_pool import KVPool, SlotTable
 from reference_server.engine.model_runner import ModelRunner
-from reference_server.engine.native.kernels import kernel_tuning
+from reference_server.engine.native.kernels import choose_isa, kernel_tuning
 from reference_server.engine.native.model import NativeModel, unsupported_reason
 from reference_server.engine.sampler import SampleRow, sample
 from reference_server.engine.seeds import derive_seed
@@ -109,7 +109,7 @@ class ModelEngine:
             "model engine: %s on %s (%s, %s weights, %s KV), %s kernels, attention %s, %s, %d KV slots, "
             "%d threads",
             config.source.model_id, self.device, self.dtype, config.weights, config.kv_cache,
-            "native" if native else "torch",
+            f"native {native.isa}" if native else "torch",
             "native" if native else self.attention.name,
             "CUDA graphs for decode" if graphs else "no CUDA graphs", config.kv_tokens, torch.get_num_threads(),
         )  # fmt: skip
@@ -273,9 +273,11 @@ class ModelEngine:
         c = self.config
         reason: str | None = "--kernels torch"
         if c.kernels != "torch":
-            reason = unsupported_reason(load_config(c.source), self.device, self.dtype, c.weights, c.kv_cache)
-        if reason is not None and c.kernels == "native":
-            raise ValueError(f"kernels='native' cannot run here: {reason}")
+            reason = unsupported_reason(
+                load_config(c.source), self.device, self.dtype, c.weights, c.kv_cache, c.kernel_isa()
+            )
+        if reason is not None and c.kernels not in ("auto", "torch"):
+            raise ValueError(f"kernels={c.kernels!r} cannot run here: {reason}")
         if reason is not None and c.weights == "int8":
             raise ValueError(f"int8 weights run only in the native kernels, which cannot run here: {reason}")
         if reason is not None and c.kv_cache == "int8":
@@ -285,7 +287,9 @@ class ModelEngine:
         if reason is not None:
             log.info("the torch model runs the steps: %s", reason)
         else:
-            log.info("native kernels for %s: %s", cpu_id(), kernel_tuning())
+            isa = choose_isa(c.kernel_isa())
+            chosen = "chosen" if c.kernel_isa() is None else f"forced by kernels={c.kernels!r}"
+            log.info("native kernels for %s: %s (%s), %s", cpu_id(), isa, chosen, kernel_tuning())
         return reason
 
     def _decode_graphs(self, model: LlamaModel) -> DecodeGraphs | None:
@@ -301,7 +305,7 @@ class ModelEngine:
         stored = (
             load_gguf_blocks(source.path) if self.config.weights != "dense" and source.kind == "gguf" else {}
         )
-        return NativeModel(model, pool, table, self.config.weights, stored)
+        return NativeModel(model, pool, table, self.config.weights, stored, self.config.kernel_isa())
 
     def check_integrity(self) -> None:
         """Every KV slot is free, cached or owned by exactly one running output (tests call this)."""

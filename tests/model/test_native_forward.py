@@ -1,6 +1,8 @@
-"""The native forward pass (reference_server/engine/native): its matmul against float64, its
-rows and threads invariance, its tokens against transformers in float32, and a token's numbers
-being the same whether it was decoded, prefilled in a chunk, or taken from the prefix cache."""
+"""The native forward pass (reference_server/engine/native), in each instruction set this CPU runs
+(avx2 on an AVX-512 host too): its matmul against float64, its rows and threads invariance, its
+tokens against transformers in float32, a token's numbers being the same whether it was decoded,
+prefilled in a chunk, or taken from the prefix cache; and the avx2 kernels computing the very
+numbers of the avx512 ones."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from engine_driver import assert_idle, request, run
 
 from reference_server.engine.config import ModelEngineConfig
 from reference_server.engine.model_engine import ModelEngine
-from reference_server.engine.native.kernels import unavailable_reason
+from reference_server.engine.native.kernels import ISAS, Isa, load_kernels, unavailable_reason
 from reference_server.engine.native.model import FORMAT_CODES, PANEL, unsupported_reason
 from reference_server.engine.native.tuning import KernelTuning
 from reference_server.models.llama import LlamaConfig
@@ -20,18 +22,20 @@ from reference_server.models.quantized import BlockFormat, BlockWeight, quantize
 from reference_server.models.tokenizer import TokenizerBundle
 
 pytestmark = pytest.mark.model
-KERNELS_MISSING = unavailable_reason()
-needs_kernels = pytest.mark.skipif(
-    KERNELS_MISSING is not None, reason=f"no native kernels: {KERNELS_MISSING}"
+MISSING = {isa: unavailable_reason(isa) for isa in ISAS}
+EACH_ISA = pytest.mark.parametrize(
+    "isa",
+    [
+        pytest.param(isa, marks=pytest.mark.skipif(why is not None, reason=f"no {isa} kernels: {why}"))
+        for isa, why in MISSING.items()
+    ],
 )
 
 
 def native_matmul(
-    weight: torch.Tensor, x: torch.Tensor, threads: int = 1, tuning: KernelTuning | None = None
+    weight: torch.Tensor, x: torch.Tensor, isa: Isa, threads: int = 1, tuning: KernelTuning | None = None
 ) -> torch.Tensor:
-    from reference_server.engine.native.kernels import load_kernels
-
-    lib = load_kernels(tuning)
+    lib = load_kernels(isa, tuning)
     n, k = weight.shape
     packed = torch.empty((-(-n // PANEL) * PANEL, k), dtype=torch.bfloat16)
     lib.lm_pack_weight(weight.data_ptr(), packed.data_ptr(), n, k)
@@ -40,72 +44,68 @@ def native_matmul(
     return y
 
 
-@needs_kernels
-def test_matmul_rows_do_not_change_with_the_batch_or_the_threads() -> None:
+@EACH_ISA
+def test_matmul_rows_do_not_change_with_the_batch_or_the_threads(isa: Isa) -> None:
     generator = torch.Generator().manual_seed(7)
-    # 200 outputs: three full panels and a partial one; 13 rows: two full register tiles and one
+    # 200 outputs: three full panels and a partial one; 13 rows: two full register tiles of avx512 and one
     weight = torch.randn((200, 96), generator=generator).bfloat16()
     x = torch.randn((13, 96), generator=generator).bfloat16()
-    together = native_matmul(weight, x)
-    alone = torch.cat([native_matmul(weight, x[i : i + 1].contiguous()) for i in range(13)])
+    together = native_matmul(weight, x, isa)
+    alone = torch.cat([native_matmul(weight, x[i : i + 1].contiguous(), isa) for i in range(13)])
     assert torch.equal(together, alone)
-    assert torch.equal(together, native_matmul(weight, x, threads=2))
+    assert torch.equal(together, native_matmul(weight, x, isa, threads=2))
     exact = x.double() @ weight.double().T
     assert torch.allclose(together.double(), exact, rtol=1e-5, atol=1e-4)
 
 
-def packed_blocks(weight: BlockWeight, tuning: KernelTuning | None = None) -> tuple[torch.Tensor, int]:
-    from reference_server.engine.native.kernels import load_kernels
-
-    lib, code = load_kernels(tuning), FORMAT_CODES[weight.format]
+def packed_blocks(
+    weight: BlockWeight, isa: Isa, tuning: KernelTuning | None = None
+) -> tuple[torch.Tensor, int]:
+    lib, code = load_kernels(isa, tuning), FORMAT_CODES[weight.format]
     packed = torch.empty(lib.lm_packed_bytes(code, weight.rows, weight.columns), dtype=torch.uint8)
     lib.lm_pack_quant(code, weight.blocks.ctypes.data, packed.data_ptr(), weight.rows, weight.columns)
     return packed, code
 
 
 def quantized_matmul(
-    weight: BlockWeight, x: torch.Tensor, threads: int = 1, tuning: KernelTuning | None = None
+    weight: BlockWeight, x: torch.Tensor, isa: Isa, threads: int = 1, tuning: KernelTuning | None = None
 ) -> torch.Tensor:
-    from reference_server.engine.native.kernels import load_kernels
-
-    packed, code = packed_blocks(weight, tuning)
+    packed, code = packed_blocks(weight, isa, tuning)
     y = torch.empty((x.shape[0], weight.rows), dtype=torch.float32)
-    status = load_kernels(tuning).lm_project(
+    status = load_kernels(isa, tuning).lm_project(
         code, packed.data_ptr(), x.data_ptr(), y.data_ptr(), x.shape[0], weight.rows, weight.columns, threads
     )
     assert status == 0
     return y
 
 
-@needs_kernels
+@EACH_ISA
 @pytest.mark.parametrize("format", ["q4_1", "q8_0"])
-def test_quantized_matmul_is_the_dequantized_weights_in_float64(format: BlockFormat) -> None:
+def test_quantized_matmul_is_the_dequantized_weights_in_float64(format: BlockFormat, isa: Isa) -> None:
     """The codes become bf16 in registers and each group's sum is scaled once: no weight is
     rounded, so the products are those of GGUF's own dequantized values, to float32 sums."""
-    from reference_server.engine.native.kernels import load_kernels
-
     generator = torch.Generator().manual_seed(11)
     # 200 outputs: three full panels and a partial one; 7 rows: two full register tiles and one
     weight = quantize(torch.randn((200, 96), generator=generator) * 0.05, format)
     x = torch.randn((7, 96), generator=generator).bfloat16()
-    together = quantized_matmul(weight, x)
-    alone = torch.cat([quantized_matmul(weight, x[i : i + 1].contiguous()) for i in range(7)])
+    together = quantized_matmul(weight, x, isa)
+    alone = torch.cat([quantized_matmul(weight, x[i : i + 1].contiguous(), isa) for i in range(7)])
     assert torch.equal(together, alone)
-    assert torch.equal(together, quantized_matmul(weight, x, threads=2))
+    assert torch.equal(together, quantized_matmul(weight, x, isa, threads=2))
     values = weight.dequantized().double()
     exact = x.double() @ values.T
     scale = x.double().abs() @ values.abs().T  # the size of the sum's terms
     assert float(((together.double() - exact).abs() / scale).max()) < 1e-6
     # a column read back (a tied head's embedding row) is the GGUF value exactly
-    packed, code = packed_blocks(weight)
+    packed, code = packed_blocks(weight, isa)
     column = torch.empty(96, dtype=torch.float32)
     for n in (0, 63, 64, 199):
-        load_kernels().lm_unpack_column(code, packed.data_ptr(), n, 96, column.data_ptr())
+        load_kernels(isa).lm_unpack_column(code, packed.data_ptr(), n, 96, column.data_ptr())
         assert torch.equal(column, values[n].float())
 
 
-@needs_kernels
-def test_the_weight_prefetch_never_changes_a_number() -> None:
+@EACH_ISA
+def test_the_weight_prefetch_never_changes_a_number(isa: Isa) -> None:
     """Each host's tuning (tuning.py) moves only when weights are requested, never what is summed."""
     generator = torch.Generator().manual_seed(5)
     # long enough rows that the requests run ahead inside a panel: 8 KB is 16 of its 512-byte pairs
@@ -113,28 +113,42 @@ def test_the_weight_prefetch_never_changes_a_number() -> None:
     x = torch.randn((7, 1536), generator=generator).bfloat16()
     off, ahead = KernelTuning(0, 0, "off"), KernelTuning(8192, 8192, "8 KB")
     assert torch.equal(
-        native_matmul(weight.bfloat16(), x, tuning=off), native_matmul(weight.bfloat16(), x, tuning=ahead)
+        native_matmul(weight.bfloat16(), x, isa, tuning=off),
+        native_matmul(weight.bfloat16(), x, isa, tuning=ahead),
     )
     for format in ("q4_1", "q8_0"):
         blocks = quantize(weight * 0.05, format)
-        assert torch.equal(quantized_matmul(blocks, x, tuning=off), quantized_matmul(blocks, x, tuning=ahead))
+        assert torch.equal(
+            quantized_matmul(blocks, x, isa, tuning=off), quantized_matmul(blocks, x, isa, tuning=ahead)
+        )
+
+
+SETTINGS = {
+    "dense": ("dense", "dense"),
+    "q4_1": ("q4_1", "dense"),
+    "int8": ("int8", "dense"),
+    "int8-kv": ("dense", "int8"),
+}
 
 
 @pytest.fixture(
     scope="module",
-    params=[("dense", "dense"), ("q4_1", "dense"), ("int8", "dense"), ("dense", "int8")],
-    ids=["dense", "q4_1", "int8", "int8-kv"],
+    params=[(isa, name) for isa in ISAS for name in SETTINGS],
+    ids=[f"{isa}-{name}" for isa in ISAS for name in SETTINGS],
 )
 def engine(request: pytest.FixtureRequest) -> Iterator[ModelEngine]:
-    """The native engine with each weight format, and with an int8 KV cache (the module's tests
-    run once per setting)."""
-    if KERNELS_MISSING is not None:
-        pytest.skip(f"no native kernels: {KERNELS_MISSING}")
-    weights, kv_cache = request.param
+    """The native engine in each instruction set, with each weight format and with an int8 KV cache
+    (the module's tests run once per setting)."""
+    isa, name = request.param
+    if MISSING[isa] is not None:
+        pytest.skip(f"no {isa} kernels: {MISSING[isa]}")
+    weights, kv_cache = SETTINGS[name]
     config = ModelEngineConfig(
-        kv_tokens=4096, load_embedding_model=False, kernels="native", weights=weights, kv_cache=kv_cache
+        kv_tokens=4096, load_embedding_model=False, kernels=isa, weights=weights, kv_cache=kv_cache
     )
-    yield ModelEngine(config)
+    engine = ModelEngine(config)
+    assert engine.runner.native is not None and engine.runner.native.isa == isa
+    yield engine
 
 
 def chat(tokenizer: TokenizerBundle, text: str) -> list[int]:
@@ -237,3 +251,52 @@ def test_unsupported_settings_say_why(tokenizer: TokenizerBundle) -> None:
     assert "head_dim=48 is not a multiple of 64 for an int8 KV cache" in str(
         unsupported_reason(odd, torch.device("cpu"), torch.bfloat16, kv_cache="int8")
     )
+
+
+@pytest.mark.skipif(any(MISSING.values()), reason="the CPU runs only one of the instruction sets")
+@pytest.mark.parametrize("name", ["dense", "q4_1-int8-kv"])
+def test_the_avx2_kernels_compute_the_numbers_of_the_avx512_ones(
+    tokenizer: TokenizerBundle, name: str
+) -> None:
+    """vdpbf16ps adds a pair's second product, then its first, each rounded once: the avx2 kernels'
+    two FMAs on bf16 widened in registers are the same operations, every other step is exact or
+    the same instruction, and the sums run in the same order: a prompt chunk and decode rows in one
+    step give the same tokens and logprobs in both, bit for bit."""
+    weights, kv_cache = ("dense", "dense") if name == "dense" else ("q4_1", "int8")
+    long, short = chat(tokenizer, LONG_QUESTION), chat(tokenizer, "Name three primary colors.")
+    results = {}
+    for isa in ISAS:
+        config = ModelEngineConfig(
+            kv_tokens=2048,
+            max_running_sequences=8,
+            max_batch_tokens=64,
+            load_embedding_model=False,
+            kernels=isa,
+            weights=weights,
+            kv_cache=kv_cache,
+        )
+        # the short request decodes while the long one's prompt is prefilled in chunks beside it
+        results[isa] = run(
+            ModelEngine(config),
+            {
+                0: [request("short", short, max_tokens=16, top_logprobs=2)],
+                2: [request("long", long, max_tokens=8, top_logprobs=2)],
+            },
+        )
+    for key in (("short", 0), ("long", 0)):
+        assert results["avx2"].tokens[key] == results["avx512"].tokens[key]
+        assert results["avx2"].logprobs[key] == results["avx512"].logprobs[key]
+
+
+@pytest.mark.skipif(any(MISSING.values()), reason="the CPU runs only one of the instruction sets")
+@pytest.mark.parametrize("format", ["bf16", "q4_1", "q8_0"])
+def test_the_avx2_matmul_is_the_avx512_one_bit_for_bit(format: str) -> None:
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn((130, 576), generator=generator)
+    x = torch.randn((9, 576), generator=generator).bfloat16()
+    if format == "bf16":
+        avx512, avx2 = (native_matmul(weight.bfloat16(), x, isa) for isa in ISAS)
+    else:
+        blocks = quantize(weight * 0.05, format)  # type: ignore[arg-type]
+        avx512, avx2 = (quantized_matmul(blocks, x, isa) for isa in ISAS)
+    assert torch.equal(avx2, avx512)

@@ -45,7 +45,10 @@ def llama_server_binary() -> Path | None:
     if binary := os.environ.get("LMRPC_LLAMA_SERVER"):
         return Path(binary)
     cache = Path(os.environ.get("LMRPC_LLAMA_CPP_CACHE", Path.home() / ".cache/lmrpc/llama.cpp"))
-    found = sorted(cache.glob("build-*/bin/llama-server"))
+    # the native build (bench/build_llama_server.sh), never the AVX2-only one beside it
+    found = sorted(
+        p for p in cache.glob("build-*/bin/llama-server") if not p.parents[1].name.endswith("-avx2")
+    )
     return found[-1] if found else None
 
 

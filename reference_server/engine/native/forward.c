@@ -7,13 +7,17 @@
  * chunks or threads share the step), so a sequence's tokens do not change with the batch, and
  * a token's K/V is the same in a prompt chunk of any size, as a decode token, or from the cache.
  */
-#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#ifdef ISA_AVX2
+#include "isa_avx2.h"
+#else
+#include "isa_avx512.h"
 #endif
 
 typedef uint16_t bf16;
@@ -62,12 +66,12 @@ static inline bf16 f32_to_bf16(float f) { /* round to nearest even, as torch doe
 
 static inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
-static inline __m512 round_bf16_ps(__m512 v) { return _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(v)); }
+static inline v16f round_bf16_ps(v16f v) { return v16_cvtpbh_ps(v16_cvtneps_pbh(v)); }
 
 /* x[i] += y[i] rounded to bf16 (a bf16 projection output widened into the float32 stream) */
 static void add_rounded(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i += 16)
-        _mm512_storeu_ps(x + i, _mm512_add_ps(_mm512_loadu_ps(x + i), round_bf16_ps(_mm512_loadu_ps(y + i))));
+        v16_storeu_ps(x + i, v16_add_ps(v16_loadu_ps(x + i), round_bf16_ps(v16_loadu_ps(y + i))));
 }
 
 /* ── y[m, n] = sum_k w[n, k] * x[m, k], x [M, K] bf16, y [M, N] float32 ─────────────────────
@@ -76,7 +80,9 @@ static void add_rounded(float *x, const float *y, size_t n) {
  * Each output lane sums its k pairs in order, whatever the row tile or thread. */
 
 #define PANEL 64  /* output columns per panel: 4 vectors of 16 */
-#define ROWS_M 6  /* activation rows per register tile */
+/* a register tile of n rows, for n up to the ISA's TILE_ROWS (constant: one copy of the code each) */
+#define TILE(n) ((n) < TILE_ROWS ? (n) : TILE_ROWS)
+#define QUANT_TILE(n) ((n) < QUANT_TILE_ROWS ? (n) : QUANT_TILE_ROWS)
 /* bytes of weights requested this far ahead of their use, per format; 0: none. On its own the
  * hardware's prefetch kept a one-row matmul at about half the memory's bandwidth on one host (66 MB
  * of 4-bit panels read at 20 GB/s with it, 11 GB/s without) and cost another a third of its bf16
@@ -89,42 +95,39 @@ static void add_rounded(float *x, const float *y, size_t n) {
 #endif
 
 /* inputs k and k + 1 of a row, in every 32-bit lane (one dpbf16 operand) */
-static inline __m512bh input_pair(const bf16 *row, int k) {
+static inline v16bf input_pair(const bf16 *row, int k) {
     int32_t pair;
     memcpy(&pair, row + k, sizeof pair);
-    return (__m512bh)_mm512_set1_epi32(pair);
+    return v16_bf16(v16_set1_epi32(pair));
 }
 
 /* the M rows of a register tile, 4 vectors each, into y [M, N] (ncols <= 64 columns of them) */
-static inline __attribute__((always_inline)) void store_rows(__m512 acc[][4], float *y, int N, int ncols, const int M) {
+static inline __attribute__((always_inline)) void store_rows(v16f acc[][4], float *y, int N, int ncols, const int M) {
     for (int m = 0; m < M; m++)
         for (int j = 0; j < 4; j++) {
             int left = ncols - 16 * j;
             if (left <= 0) break;
             __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-            _mm512_mask_storeu_ps(y + (size_t)m * N + 16 * j, mask, acc[m][j]);
+            v16_mask_storeu_ps(y + (size_t)m * N + 16 * j, mask, acc[m][j]);
         }
 }
 
 static inline __attribute__((always_inline)) void tile(
     const bf16 *panel, const bf16 *x, float *y, int K, int N, int ncols, const int M) {
-    __m512 acc[ROWS_M][4];
+    v16f acc[TILE_ROWS][4];
     for (int m = 0; m < M; m++)
-        for (int j = 0; j < 4; j++) acc[m][j] = _mm512_setzero_ps();
+        for (int j = 0; j < 4; j++) acc[m][j] = v16_setzero_ps();
     for (int kp = 0; kp < K / 2; kp++) {
         const bf16 *wp = panel + (size_t)kp * 2 * PANEL;
         if (PREFETCH_BF16 > 0) {
             _mm_prefetch((const char *)wp + PREFETCH_BF16, _MM_HINT_T0);
             _mm_prefetch((const char *)wp + PREFETCH_BF16 + 64, _MM_HINT_T0);
         }
-        __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp), w1 = (__m512bh)_mm512_loadu_si512(wp + 32);
-        __m512bh w2 = (__m512bh)_mm512_loadu_si512(wp + 64), w3 = (__m512bh)_mm512_loadu_si512(wp + 96);
-        for (int m = 0; m < M; m++) {
-            const __m512bh xv = input_pair(x + (size_t)m * K, 2 * kp);
-            acc[m][0] = _mm512_dpbf16_ps(acc[m][0], w0, xv);
-            acc[m][1] = _mm512_dpbf16_ps(acc[m][1], w1, xv);
-            acc[m][2] = _mm512_dpbf16_ps(acc[m][2], w2, xv);
-            acc[m][3] = _mm512_dpbf16_ps(acc[m][3], w3, xv);
+        v16bf xv[TILE_ROWS];
+        for (int m = 0; m < M; m++) xv[m] = input_pair(x + (size_t)m * K, 2 * kp);
+        for (int j = 0; j < 4; j++) {
+            const v16bf w = v16_bf16(v16_loadu_si512(wp + 32 * j));
+            for (int m = 0; m < M; m++) acc[m][j] = v16_dpbf16_ps(acc[m][j], w, xv[m]);
         }
     }
     store_rows(acc, y, N, ncols, M);
@@ -139,16 +142,16 @@ static void matmul(const bf16 *w, const bf16 *x, float *y, int M, int N, int K, 
     for (int b = 0; b < panels; b++) {
         int n = b * PANEL, ncols = N - n < PANEL ? N - n : PANEL;
         const bf16 *panel = w + (size_t)n * K;
-        for (int m = 0; m < M; m += ROWS_M) {
+        for (int m = 0; m < M; m += TILE_ROWS) {
             const bf16 *xm = x + (size_t)m * K;
             float *ym = y + (size_t)m * N + n;
-            switch (M - m < ROWS_M ? M - m : ROWS_M) {
-                case 1: tile(panel, xm, ym, K, N, ncols, 1); break;
-                case 2: tile(panel, xm, ym, K, N, ncols, 2); break;
-                case 3: tile(panel, xm, ym, K, N, ncols, 3); break;
-                case 4: tile(panel, xm, ym, K, N, ncols, 4); break;
-                case 5: tile(panel, xm, ym, K, N, ncols, 5); break;
-                default: tile(panel, xm, ym, K, N, ncols, 6); break;
+            switch (M - m < TILE_ROWS ? M - m : TILE_ROWS) {
+                case 1: tile(panel, xm, ym, K, N, ncols, TILE(1)); break;
+                case 2: tile(panel, xm, ym, K, N, ncols, TILE(2)); break;
+                case 3: tile(panel, xm, ym, K, N, ncols, TILE(3)); break;
+                case 4: tile(panel, xm, ym, K, N, ncols, TILE(4)); break;
+                case 5: tile(panel, xm, ym, K, N, ncols, TILE(5)); break;
+                default: tile(panel, xm, ym, K, N, ncols, TILE(6)); break;
             }
         }
     }
@@ -183,7 +186,6 @@ void lm_pack_weight(const bf16 *w, bf16 *packed, int N, int K) {
 #define FORMAT_Q4_1 1
 #define FORMAT_Q8_0 2
 #define GROUP 32             /* inputs per scale */
-#define QUANT_ROWS 3         /* activation rows per register tile (two accumulators per output) */
 #define GGUF_Q4_1_BYTES 20   /* per block of 32: fp16 d, fp16 m, 16 bytes of nibbles */
 #define GGUF_Q8_0_BYTES 34   /* per block of 32: fp16 d, 32 int8 */
 
@@ -234,28 +236,22 @@ void lm_pack_quant(int format, const uint8_t *blocks, uint8_t *packed, int N, in
         }
 }
 
-/* the bf16 bits of each nibble's value, twice: vpermw reads 5 index bits, so the bit above a nibble is ignored */
-static const uint16_t LOW_CODES[32] = {
-    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
+/* the bf16 bits of each nibble's value: its code 0 .. 15, or q8_0's high nibble 16 * (n - 8) */
+static const uint16_t LOW_CODES[16] = {
     0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
 };
-static const uint16_t HIGH_CODES[32] = { /* 16 * (n - 8) */
-    0xc300, 0xc2e0, 0xc2c0, 0xc2a0, 0xc280, 0xc240, 0xc200, 0xc180, 0x0000, 0x4180, 0x4200, 0x4240, 0x4280, 0x42a0, 0x42c0, 0x42e0,
+static const uint16_t HIGH_CODES[16] = {
     0xc300, 0xc2e0, 0xc2c0, 0xc2a0, 0xc280, 0xc240, 0xc200, 0xc180, 0x0000, 0x4180, 0x4200, 0x4240, 0x4280, 0x42a0, 0x42c0, 0x42e0,
 };
-
-static inline __m512bh nibbles(__m512i words, int shift, __m512i table) {
-    return (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(words, shift), table);
-}
 
 /* sums[m * groups + g]: the sum of row m's inputs in group g (q4_1's minimum multiplies it) */
 static void group_sums(const bf16 *x, float *sums, int M, int K) {
     for (int m = 0; m < M; m++)
         for (int g = 0; g < K / GROUP; g++) {
             const bf16 *xg = x + (size_t)m * K + g * GROUP;
-            __m512 lo = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)xg));
-            __m512 hi = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)(xg + 16)));
-            sums[(size_t)m * (K / GROUP) + g] = _mm512_reduce_add_ps(_mm512_add_ps(lo, hi));
+            v16f lo = v16_cvtpbh_ps(_mm256_loadu_si256((const __m256i *)xg));
+            v16f hi = v16_cvtpbh_ps(_mm256_loadu_si256((const __m256i *)(xg + 16)));
+            sums[(size_t)m * (K / GROUP) + g] = v16_reduce_add_ps(v16_add_ps(lo, hi));
         }
 }
 
@@ -263,15 +259,15 @@ static inline __attribute__((always_inline)) void quant_tile(
     const uint8_t *panel, const int format, const bf16 *x, const float *sums, float *y, int K, int N, int ncols,
     const int M) {
     const int groups = K / GROUP;
-    const __m512i low = _mm512_loadu_si512(LOW_CODES), high = _mm512_loadu_si512(HIGH_CODES);
-    __m512 total[QUANT_ROWS][4];
+    const v16i low = v16_nibble_table(LOW_CODES), high = v16_nibble_table(HIGH_CODES);
+    v16f total[QUANT_TILE_ROWS][4];
     for (int m = 0; m < M; m++)
-        for (int j = 0; j < 4; j++) total[m][j] = _mm512_setzero_ps();
+        for (int j = 0; j < 4; j++) total[m][j] = v16_setzero_ps();
     for (int g = 0; g < groups; g++) {
         const uint8_t *codes = panel + (size_t)g * group_bytes(format);
-        __m512 acc[QUANT_ROWS][4];
+        v16f acc[QUANT_TILE_ROWS][4];
         for (int m = 0; m < M; m++)
-            for (int j = 0; j < 4; j++) acc[m][j] = _mm512_setzero_ps();
+            for (int j = 0; j < 4; j++) acc[m][j] = v16_setzero_ps();
         for (int kp = 0; kp < GROUP / 2; kp++) {
             const int k = g * GROUP + 2 * kp;
             if (PREFETCH_QUANT > 0) {
@@ -279,38 +275,33 @@ static inline __attribute__((always_inline)) void quant_tile(
                 _mm_prefetch(ahead, _MM_HINT_T0);
                 if (format == FORMAT_Q8_0) _mm_prefetch(ahead + 64, _MM_HINT_T0);
             }
+            v16bf xv[QUANT_TILE_ROWS];
+            for (int m = 0; m < M; m++) xv[m] = input_pair(x + (size_t)m * K, k);
             if (format == FORMAT_Q4_1) {
-                const __m512i words = _mm512_loadu_si512(codes + (size_t)kp * 64);
-                const __m512bh w0 = nibbles(words, 0, low), w1 = nibbles(words, 4, low);
-                const __m512bh w2 = nibbles(words, 8, low), w3 = nibbles(words, 12, low);
-                for (int m = 0; m < M; m++) {
-                    const __m512bh xv = input_pair(x + (size_t)m * K, k);
-                    acc[m][0] = _mm512_dpbf16_ps(acc[m][0], w0, xv);
-                    acc[m][1] = _mm512_dpbf16_ps(acc[m][1], w1, xv);
-                    acc[m][2] = _mm512_dpbf16_ps(acc[m][2], w2, xv);
-                    acc[m][3] = _mm512_dpbf16_ps(acc[m][3], w3, xv);
+                const v16i words = v16_loadu_si512(codes + (size_t)kp * 64);
+                for (int j = 0; j < 4; j++) {
+                    const v16bf w = v16_nibbles_bf16(words, 4 * j, low);
+                    for (int m = 0; m < M; m++) acc[m][j] = v16_dpbf16_ps(acc[m][j], w, xv[m]);
                 }
             } else {
                 for (int h = 0; h < 2; h++) {
-                    const __m512i words = _mm512_loadu_si512(codes + (size_t)kp * 128 + 64 * h);
-                    const __m512bh lo0 = nibbles(words, 0, low), lo1 = nibbles(words, 4, low);
-                    const __m512bh hi0 = nibbles(words, 8, high), hi1 = nibbles(words, 12, high);
-                    for (int m = 0; m < M; m++) {
-                        const __m512bh xv = input_pair(x + (size_t)m * K, k);
-                        acc[m][2 * h] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[m][2 * h], lo0, xv), hi0, xv);
-                        acc[m][2 * h + 1] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[m][2 * h + 1], lo1, xv), hi1, xv);
+                    const v16i words = v16_loadu_si512(codes + (size_t)kp * 128 + 64 * h);
+                    for (int j = 0; j < 2; j++) {
+                        const v16bf lo = v16_nibbles_bf16(words, 4 * j, low), hi = v16_nibbles_bf16(words, 8 + 4 * j, high);
+                        for (int m = 0; m < M; m++)
+                            acc[m][2 * h + j] = v16_dpbf16_ps(v16_dpbf16_ps(acc[m][2 * h + j], lo, xv[m]), hi, xv[m]);
                     }
                 }
             }
         }
         const uint16_t *scales = (const uint16_t *)(codes + 16 * code_bytes(format));
         for (int j = 0; j < 4; j++) {
-            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + 16 * j)));
-            for (int m = 0; m < M; m++) total[m][j] = _mm512_fmadd_ps(acc[m][j], d, total[m][j]);
+            const v16f d = v16_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + 16 * j)));
+            for (int m = 0; m < M; m++) total[m][j] = v16_fmadd_ps(acc[m][j], d, total[m][j]);
             if (format == FORMAT_Q4_1) {
-                const __m512 minimum = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + PANEL + 16 * j)));
+                const v16f minimum = v16_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + PANEL + 16 * j)));
                 for (int m = 0; m < M; m++)
-                    total[m][j] = _mm512_fmadd_ps(minimum, _mm512_set1_ps(sums[(size_t)m * groups + g]), total[m][j]);
+                    total[m][j] = v16_fmadd_ps(minimum, v16_set1_ps(sums[(size_t)m * groups + g]), total[m][j]);
             }
         }
     }
@@ -327,19 +318,19 @@ static void matmul_quant(const uint8_t *w, int format, const bf16 *x, float *sum
     for (int b = 0; b < panels; b++) {
         const int n = b * PANEL, ncols = N - n < PANEL ? N - n : PANEL;
         const uint8_t *panel = w + (size_t)b * panel_bytes;
-        for (int m = 0; m < M; m += QUANT_ROWS) {
+        for (int m = 0; m < M; m += QUANT_TILE_ROWS) {
             const bf16 *xm = x + (size_t)m * K;
             const float *sm = sums + (size_t)m * (K / GROUP);
             float *ym = y + (size_t)m * N + n;
-            const int rows = M - m < QUANT_ROWS ? M - m : QUANT_ROWS;
+            const int rows = M - m < QUANT_TILE_ROWS ? M - m : QUANT_TILE_ROWS;
             if (format == FORMAT_Q4_1) {
-                if (rows == 1) quant_tile(panel, FORMAT_Q4_1, xm, sm, ym, K, N, ncols, 1);
-                else if (rows == 2) quant_tile(panel, FORMAT_Q4_1, xm, sm, ym, K, N, ncols, 2);
-                else quant_tile(panel, FORMAT_Q4_1, xm, sm, ym, K, N, ncols, 3);
+                if (rows == 1) quant_tile(panel, FORMAT_Q4_1, xm, sm, ym, K, N, ncols, QUANT_TILE(1));
+                else if (rows == 2) quant_tile(panel, FORMAT_Q4_1, xm, sm, ym, K, N, ncols, QUANT_TILE(2));
+                else quant_tile(panel, FORMAT_Q4_1, xm, sm, ym, K, N, ncols, QUANT_TILE(3));
             } else {
-                if (rows == 1) quant_tile(panel, FORMAT_Q8_0, xm, sm, ym, K, N, ncols, 1);
-                else if (rows == 2) quant_tile(panel, FORMAT_Q8_0, xm, sm, ym, K, N, ncols, 2);
-                else quant_tile(panel, FORMAT_Q8_0, xm, sm, ym, K, N, ncols, 3);
+                if (rows == 1) quant_tile(panel, FORMAT_Q8_0, xm, sm, ym, K, N, ncols, QUANT_TILE(1));
+                else if (rows == 2) quant_tile(panel, FORMAT_Q8_0, xm, sm, ym, K, N, ncols, QUANT_TILE(2));
+                else quant_tile(panel, FORMAT_Q8_0, xm, sm, ym, K, N, ncols, QUANT_TILE(3));
             }
         }
     }
@@ -384,35 +375,35 @@ static void unpack_column(int format, const void *w, int n, int K, float *out) {
 static void rms_norm(const float *x, const float *weight, bf16 *out, int M, int H, float eps) {
     for (int m = 0; m < M; m++) {
         const float *xr = x + (size_t)m * H;
-        __m512 acc = _mm512_setzero_ps();
+        v16f acc = v16_setzero_ps();
         for (int i = 0; i < H; i += 16) {
-            __m512 v = _mm512_loadu_ps(xr + i);
-            acc = _mm512_fmadd_ps(v, v, acc);
+            v16f v = v16_loadu_ps(xr + i);
+            acc = v16_fmadd_ps(v, v, acc);
         }
-        __m512 inverse_rms = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(acc) / (float)H + eps));
+        v16f inverse_rms = v16_set1_ps(1.0f / sqrtf(v16_reduce_add_ps(acc) / (float)H + eps));
         for (int i = 0; i < H; i += 16) {
-            __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xr + i), inverse_rms), _mm512_loadu_ps(weight + i));
-            _mm256_storeu_si256((__m256i *)(out + (size_t)m * H + i), (__m256i)_mm512_cvtneps_pbh(v));
+            v16f v = v16_mul_ps(v16_mul_ps(v16_loadu_ps(xr + i), inverse_rms), v16_loadu_ps(weight + i));
+            _mm256_storeu_si256((__m256i *)(out + (size_t)m * H + i), v16_cvtneps_pbh(v));
         }
     }
 }
 
 /* e^x as 2^n * 2^f, f in [-0.5, 0.5], Taylor series to degree 7; x clamped to [-87, 88] (the
  * softmax's x <= 0; SiLU's e^-gate for gates under -88 stays finite, and silu is ~-0 there) */
-static inline __m512 exp_ps(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-    __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f));
-    __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.6931471805599453f));
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
+static inline v16f exp_ps(v16f x) {
+    x = v16_min_ps(v16_max_ps(x, v16_set1_ps(-87.0f)), v16_set1_ps(88.0f));
+    v16f t = v16_mul_ps(x, v16_set1_ps(1.4426950408889634f));
+    v16f n = v16_round_nearest_ps(t);
+    v16f f = v16_mul_ps(v16_sub_ps(t, n), v16_set1_ps(0.6931471805599453f));
+    v16f p = v16_set1_ps(1.0f / 5040);
+    p = v16_fmadd_ps(p, f, v16_set1_ps(1.0f / 720));
+    p = v16_fmadd_ps(p, f, v16_set1_ps(1.0f / 120));
+    p = v16_fmadd_ps(p, f, v16_set1_ps(1.0f / 24));
+    p = v16_fmadd_ps(p, f, v16_set1_ps(1.0f / 6));
+    p = v16_fmadd_ps(p, f, v16_set1_ps(0.5f));
+    p = v16_fmadd_ps(p, f, v16_set1_ps(1.0f));
+    p = v16_fmadd_ps(p, f, v16_set1_ps(1.0f));
+    return v16_scalef_ps(p, n);
 }
 
 /* ── attention ───────────────────────────────────────────────────────────────────────────
@@ -450,25 +441,25 @@ static void prefetch_slots(const kv_view *views, int kv_count, const void *pool,
 }
 
 /* 16 rows of 16 int32 transposed in registers: r[i] lane j becomes r[j] lane i */
-static inline void transpose16(__m512i r[16]) {
-    __m512i t[16], u[16];
+static inline void transpose16(v16i r[16]) {
+    v16i t[16], u[16];
     for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+        t[i] = v16_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = v16_unpackhi_epi32(r[i], r[i + 1]);
     }
     for (int k = 0; k < 16; k += 4) { /* u[k + m], 128-bit lane L: column 4L + m of rows k .. k+3 */
-        u[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
-        u[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
-        u[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
-        u[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+        u[k] = v16_unpacklo_epi64(t[k], t[k + 2]);
+        u[k + 1] = v16_unpackhi_epi64(t[k], t[k + 2]);
+        u[k + 2] = v16_unpacklo_epi64(t[k + 1], t[k + 3]);
+        u[k + 3] = v16_unpackhi_epi64(t[k + 1], t[k + 3]);
     }
     for (int m = 0; m < 4; m++) {
-        __m512i v0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88), v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xdd);
-        __m512i w0 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88), w1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xdd);
-        r[m] = _mm512_shuffle_i32x4(v0, w0, 0x88);
-        r[8 + m] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
-        r[4 + m] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-        r[12 + m] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+        v16i v0 = v16_even_quarters(u[m], u[4 + m]), v1 = v16_odd_quarters(u[m], u[4 + m]);
+        v16i w0 = v16_even_quarters(u[8 + m], u[12 + m]), w1 = v16_odd_quarters(u[8 + m], u[12 + m]);
+        r[m] = v16_even_quarters(v0, w0);
+        r[8 + m] = v16_odd_quarters(v0, w0);
+        r[4 + m] = v16_even_quarters(v1, w1);
+        r[12 + m] = v16_odd_quarters(v1, w1);
     }
 }
 
@@ -478,19 +469,13 @@ static void transpose_key_block(const kv_view *view, int b, int D, int length, i
     for (int c = 0; c < D / 2; c += 16) {
         const int width = D / 2 - c < 16 ? D / 2 - c : 16;
         const __mmask16 lanes = width == 16 ? (__mmask16)0xffff : (__mmask16)((1u << width) - 1u);
-        __m512i r[16];
+        v16i r[16];
         for (int i = 0; i < 16; i++)
-            r[i] = i < count ? _mm512_maskz_loadu_epi32(lanes, view->key_pairs + ((size_t)view->slots[first + i] * view->kv_heads + view->kv_head) * (D / 2) + c)
-                             : _mm512_setzero_si512();
+            r[i] = i < count ? v16_maskz_loadu_epi32(lanes, view->key_pairs + ((size_t)view->slots[first + i] * view->kv_heads + view->kv_head) * (D / 2) + c)
+                             : v16_setzero_si512();
         transpose16(r);
-        for (int j = 0; j < width; j++) _mm512_storeu_si512(block + (size_t)(c + j) * 16, r[j]);
+        for (int j = 0; j < width; j++) v16_storeu_si512(block + (size_t)(c + j) * 16, r[j]);
     }
-}
-
-/* the dpbf16 pairs of two value rows a, b: dims 0..15 of each interleaved (a0 b0 a1 b1 ..) */
-static inline __m512i interleave_low(void) {
-    return _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
 }
 
 static void gather_keys(const lm_model *md, int layer, const int32_t *slots, int length, int kv_head, kv_view *view) {
@@ -502,27 +487,26 @@ static void gather_keys(const lm_model *md, int layer, const int32_t *slots, int
         int64_t rows[8];
         for (int e = 0; e < 8; e++)
             rows[e] = p0 + e < length ? ((int64_t)slots[p0 + e] * KVH + kv_head) * (D / 2) : 0;
-        const __m512i base = _mm512_loadu_si512(rows);
+        const v16i base = v16_loadu_si512(rows);
         const __mmask8 valid = length - p0 >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (length - p0 > 0 ? length - p0 : 0)) - 1u);
         for (int dp = 0; dp < D / 2; dp++) {
-            __m256i pairs = _mm512_mask_i64gather_epi32(_mm256_setzero_si256(), valid,
-                                                        _mm512_add_epi64(base, _mm512_set1_epi64(dp)), keys, 4);
+            __m256i pairs = v16_mask_i64gather_epi32(_mm256_setzero_si256(), valid,
+                                                        v16_add_epi64(base, v16_set1_epi64(dp)), keys, 4);
             _mm256_storeu_si256((__m256i *)(kt + (size_t)dp * padded + p0), pairs);
         }
     }
     /* values: two keys' rows interleaved, 16 dims at a time */
     const bf16 *values = (const bf16 *)md->v_pool[layer];
-    const __m512i low = interleave_low(), high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
     for (int p = 0; p < padded; p += 2) {
         const bf16 *a = p < length ? values + ((size_t)slots[p] * KVH + kv_head) * D : NULL;
         const bf16 *b = p + 1 < length ? values + ((size_t)slots[p + 1] * KVH + kv_head) * D : NULL;
         bf16 *dst = view->values_t + (size_t)p * D;
         for (int d = 0; d < D; d += 32) {
             const __mmask32 width = D - d >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (D - d)) - 1u);
-            __m512i va = a ? _mm512_maskz_loadu_epi16(width, a + d) : _mm512_setzero_si512();
-            __m512i vb = b ? _mm512_maskz_loadu_epi16(width, b + d) : _mm512_setzero_si512();
-            _mm512_storeu_si512(dst + 2 * d, _mm512_permutex2var_epi16(va, low, vb));
-            if (D - d > 16) _mm512_storeu_si512(dst + 2 * d + 32, _mm512_permutex2var_epi16(va, high, vb));
+            v16i va = a ? v16_maskz_loadu_epi16(width, a + d) : v16_setzero_si512();
+            v16i vb = b ? v16_maskz_loadu_epi16(width, b + d) : v16_setzero_si512();
+            v16_storeu_si512(dst + 2 * d, v16_interleave_low(va, vb));
+            if (D - d > 16) v16_storeu_si512(dst + 2 * d + 32, v16_interleave_high(va, vb));
         }
     }
 }
@@ -539,18 +523,18 @@ static inline __attribute__((always_inline)) void score_block(
     const bf16 *kt, size_t key_stride, const bf16 *q, int D, int b, int length, float *scores, int stride,
     float *max, const int n) {
     const uint32_t *q_pairs = (const uint32_t *)q;
-    __m512 acc[HEADS_PER_TILE];
-    for (int h = 0; h < n; h++) acc[h] = _mm512_setzero_ps();
+    v16f acc[HEADS_PER_TILE];
+    for (int h = 0; h < n; h++) acc[h] = v16_setzero_ps();
     for (int dp = 0; dp < D / 2; dp++) {
-        __m512bh keys = (__m512bh)_mm512_loadu_si512(kt + (size_t)dp * key_stride);
+        v16bf keys = v16_bf16(v16_loadu_si512(kt + (size_t)dp * key_stride));
         for (int h = 0; h < n; h++)
-            acc[h] = _mm512_dpbf16_ps(acc[h], keys, (__m512bh)_mm512_set1_epi32((int32_t)q_pairs[h * (D / 2) + dp]));
+            acc[h] = v16_dpbf16_ps(acc[h], keys, v16_bf16(v16_set1_epi32((int32_t)q_pairs[h * (D / 2) + dp])));
     }
     int left = length - 16 * b;
     for (int h = 0; h < n; h++) {
-        if (left < 16) acc[h] = _mm512_mask_blend_ps((__mmask16)((1u << left) - 1u), _mm512_set1_ps(-INFINITY), acc[h]);
-        _mm512_storeu_ps(scores + (size_t)h * stride + 16 * b, acc[h]);
-        float block_max = _mm512_reduce_max_ps(acc[h]);
+        if (left < 16) acc[h] = v16_mask_blend_ps((__mmask16)((1u << left) - 1u), v16_set1_ps(-INFINITY), acc[h]);
+        v16_storeu_ps(scores + (size_t)h * stride + 16 * b, acc[h]);
+        float block_max = v16_reduce_max_ps(acc[h]);
         max[h] = block_max > max[h] ? block_max : max[h];
     }
 }
@@ -558,53 +542,52 @@ static inline __attribute__((always_inline)) void score_block(
 /* one head's probabilities, rounded to bf16 (zeros past length); returns 1 / their sum */
 static float softmax(const float *s, bf16 *pr, int length, float max) {
     const int blocks = (length + 15) / 16;
-    __m512 vmax = _mm512_set1_ps(max), sum = _mm512_setzero_ps();
+    v16f vmax = v16_set1_ps(max), sum = v16_setzero_ps();
     for (int b = 0; b < blocks; b++) {
-        __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * b), vmax));
+        v16f e = exp_ps(v16_sub_ps(v16_loadu_ps(s + 16 * b), vmax));
         int left = length - 16 * b;
-        if (left < 16) e = _mm512_maskz_mov_ps((__mmask16)((1u << left) - 1u), e);
-        __m256bh rounded = _mm512_cvtneps_pbh(e);
-        _mm256_storeu_si256((__m256i *)(pr + 16 * b), (__m256i)rounded);
-        sum = _mm512_add_ps(sum, _mm512_cvtpbh_ps(rounded));
+        if (left < 16) e = v16_maskz_mov_ps((__mmask16)((1u << left) - 1u), e);
+        __m256i rounded = v16_cvtneps_pbh(e);
+        _mm256_storeu_si256((__m256i *)(pr + 16 * b), rounded);
+        sum = v16_add_ps(sum, v16_cvtpbh_ps(rounded));
     }
-    return 1.0f / _mm512_reduce_add_ps(sum);
+    return 1.0f / v16_reduce_add_ps(sum);
 }
 
 /* acc [n][D] float32 += the values of key pairs p0 .. p1-1 weighted by probs, pair by pair in order
  * (the sums go on from wherever the previous span left them, so spans do not change them) */
 static inline __attribute__((always_inline)) void add_values(
     const kv_view *view, const bf16 *probs, int stride, int D, int length, int p0, int p1, float *acc_out, const int n) {
-    const __m512i low = interleave_low(), high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
     for (int d0 = 0; d0 < D; d0 += 64) {
         const int width = D - d0 < 64 ? (D - d0) / 16 : 4;
-        __m512 acc[HEADS_PER_TILE][4];
+        v16f acc[HEADS_PER_TILE][4];
         for (int h = 0; h < n; h++)
-            for (int j = 0; j < width; j++) acc[h][j] = _mm512_loadu_ps(acc_out + (size_t)h * D + d0 + 16 * j);
+            for (int j = 0; j < width; j++) acc[h][j] = v16_loadu_ps(acc_out + (size_t)h * D + d0 + 16 * j);
         for (int pp = p0; pp < p1; pp++) {
-            __m512bh values[4];
+            v16bf values[4];
             if (view->values_t == NULL) { /* as gather_keys interleaves them (a key past the end: zeros) */
                 const bf16 *a = value_row(view, 2 * pp, D), *b = 2 * pp + 1 < length ? value_row(view, 2 * pp + 1, D) : NULL;
                 for (int j = 0; j < width; j += 2) {
                     const int d = d0 + 16 * j;
                     const __mmask32 lanes = D - d >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (D - d)) - 1u);
-                    __m512i va = _mm512_maskz_loadu_epi16(lanes, a + d);
-                    __m512i vb = b ? _mm512_maskz_loadu_epi16(lanes, b + d) : _mm512_setzero_si512();
-                    values[j] = (__m512bh)_mm512_permutex2var_epi16(va, low, vb);
-                    if (j + 1 < width) values[j + 1] = (__m512bh)_mm512_permutex2var_epi16(va, high, vb);
+                    v16i va = v16_maskz_loadu_epi16(lanes, a + d);
+                    v16i vb = b ? v16_maskz_loadu_epi16(lanes, b + d) : v16_setzero_si512();
+                    values[j] = v16_bf16(v16_interleave_low(va, vb));
+                    if (j + 1 < width) values[j + 1] = v16_bf16(v16_interleave_high(va, vb));
                 }
             } else {
                 const bf16 *vt = view->values_t + ((size_t)pp * D + d0) * 2;
-                for (int j = 0; j < width; j++) values[j] = (__m512bh)_mm512_loadu_si512(vt + 32 * j);
+                for (int j = 0; j < width; j++) values[j] = v16_bf16(v16_loadu_si512(vt + 32 * j));
             }
             for (int h = 0; h < n; h++) {
                 uint32_t pair;
                 memcpy(&pair, probs + (size_t)h * stride + 2 * pp, sizeof pair);
-                __m512bh weight = (__m512bh)_mm512_set1_epi32((int32_t)pair);
-                for (int j = 0; j < width; j++) acc[h][j] = _mm512_dpbf16_ps(acc[h][j], values[j], weight);
+                v16bf weight = v16_bf16(v16_set1_epi32((int32_t)pair));
+                for (int j = 0; j < width; j++) acc[h][j] = v16_dpbf16_ps(acc[h][j], values[j], weight);
             }
         }
         for (int h = 0; h < n; h++)
-            for (int j = 0; j < width; j++) _mm512_storeu_ps(acc_out + (size_t)h * D + d0 + 16 * j, acc[h][j]);
+            for (int j = 0; j < width; j++) v16_storeu_ps(acc_out + (size_t)h * D + d0 + 16 * j, acc[h][j]);
     }
 }
 
@@ -634,8 +617,8 @@ static void finish_heads(const float *acc, const float *inverse_sum, int heads, 
     for (int h = 0; h < heads; h++)
         for (int d = 0; d < D; d += 16)
             _mm256_storeu_si256((__m256i *)(out + (size_t)h * D + d),
-                                (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(acc + (size_t)h * D + d),
-                                                                          _mm512_set1_ps(inverse_sum[h]))));
+                                v16_cvtneps_pbh(v16_mul_ps(v16_loadu_ps(acc + (size_t)h * D + d),
+                                                                          v16_set1_ps(inverse_sum[h]))));
 }
 
 typedef struct {
@@ -733,7 +716,7 @@ typedef struct {
      * requested without a test */
     const int32_t *rows;
     /* a gathered chunk's (else NULL): key blocks as score8_tile reads them, values as add_values8 does */
-    const __m512i *key_blocks;  /* [blocks][head_dim / 4] */
+    const v16i *key_blocks;  /* [blocks][head_dim / 4] */
     const int16_t *value_pairs; /* [padded / 2][head_dim][2]: two keys' codes per dim */
     float *key_scales_t, *value_scales_t; /* [padded] in key order, zeros past the length */
 } kv8_view;
@@ -746,7 +729,7 @@ typedef struct {
     float *acc;             /* [heads][D] */
     float *max;             /* [heads][16]: each head's largest score of each lane */
     float *inverse_sum;     /* [heads] */
-    __m512i *block;         /* [MAX_HEAD_DIM / 64][16]: a lone row's key block */
+    v16i *block;         /* [MAX_HEAD_DIM / 64][16]: a lone row's key block */
 } row8_scratch;
 
 /* one row (n values) of K or V, rounded to bf16 as the bf16 pool would hold it, as codes and scale */
@@ -762,34 +745,20 @@ static void store_kv8(const float *x, int n, int8_t *codes, float *scale) {
 static void quantize_query(const bf16 *q, int heads, int D, uint8_t *bytes, float *scales) {
     for (int h = 0; h < heads; h++) {
         const bf16 *row = q + (size_t)h * D;
-        __m512 largest = _mm512_setzero_ps();
+        v16f largest = v16_setzero_ps();
         for (int d = 0; d < D; d += 16)
-            largest = _mm512_max_ps(largest, _mm512_abs_ps(_mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)(row + d)))));
-        const float amax = _mm512_reduce_max_ps(largest);
-        const __m512 inverse = _mm512_set1_ps(amax > 0.0f ? QUERY_MAX / amax : 0.0f);
+            largest = v16_max_ps(largest, v16_abs_ps(v16_cvtpbh_ps(_mm256_loadu_si256((const __m256i *)(row + d)))));
+        const float amax = v16_reduce_max_ps(largest);
+        const v16f inverse = v16_set1_ps(amax > 0.0f ? QUERY_MAX / amax : 0.0f);
         for (int d = 0; d < D; d += 16) {
-            const __m512 x = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)(row + d)));
-            const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x, inverse)), _mm512_set1_epi32(QUERY_BIAS));
-            _mm_storeu_si128((__m128i *)(bytes + (size_t)h * D + d), _mm512_cvtepi32_epi8(_mm512_srli_epi32(biased, 8)));
+            const v16f x = v16_cvtpbh_ps(_mm256_loadu_si256((const __m256i *)(row + d)));
+            const v16i biased = v16_add_epi32(v16_cvtps_epi32(v16_mul_ps(x, inverse)), v16_set1_epi32(QUERY_BIAS));
+            _mm_storeu_si128((__m128i *)(bytes + (size_t)h * D + d), v16_cvtepi32_epi8(v16_srli_epi32(biased, 8)));
             _mm_storeu_si128((__m128i *)(bytes + (size_t)(heads + h) * D + d),
-                             _mm512_cvtepi32_epi8(_mm512_and_si512(biased, _mm512_set1_epi32(0xff))));
+                             v16_cvtepi32_epi8(v16_and_si512(biased, v16_set1_epi32(0xff))));
         }
         scales[h] = amax / QUERY_MAX;
     }
-}
-
-/* acc + the dot products of a's and b's int16 pairs, lane by lane (vpdpwssd). Written out because
- * GCC copies the accumulator of _mm512_dpwssd_epi32 into a fresh register at every call in a loop. */
-static inline __m512i dot_pairs(__m512i acc, __m512i a, __m512i b) {
-    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-    return acc;
-}
-
-/* acc + the dot products of a's unsigned and b's signed bytes, 4 to a lane (vpdpbusd; written out as
- * dot_pairs is) */
-static inline __m512i dot_quads(__m512i acc, __m512i a, __m512i b) {
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-    return acc;
 }
 
 static inline const int8_t *key_codes(const kv8_view *view, int key, int D) {
@@ -805,59 +774,59 @@ static inline const int8_t *value_codes(const kv8_view *view, int key, int D) {
  * keys on: a lone row reads every key once, and requests spread among the work keep the memory busy
  * while the scores are summed (in bursts they wait for each other). */
 static inline __attribute__((always_inline)) void load_key_chunk8(
-    const kv8_view *view, int b, int c, int D, int length, __m512i r[16]) {
+    const kv8_view *view, int b, int c, int D, int length, v16i r[16]) {
     const int first = 16 * b, count = MIN(length - first, 16);
     for (int i = 0; i < 16; i++) {
         _mm_prefetch((const char *)(key_codes(view, first + i + PREFETCH_KEYS, D) + 64 * c), _MM_HINT_T0);
-        r[i] = i < count ? _mm512_loadu_si512(key_codes(view, first + i, D) + 64 * c) : _mm512_setzero_si512();
+        r[i] = i < count ? v16_loadu_si512(key_codes(view, first + i, D) + 64 * c) : v16_setzero_si512();
     }
     transpose16(r);
 }
 
 /* block b's keys, every chunk, into out [D / 4] */
-static void transpose_key_block8(const kv8_view *view, int b, int D, int length, __m512i *out) {
+static void transpose_key_block8(const kv8_view *view, int b, int D, int length, v16i *out) {
     for (int c = 0; c < D / 64; c++) {
-        __m512i r[16];
+        v16i r[16];
         load_key_chunk8(view, b, c, D, length, r);
-        for (int j = 0; j < 16; j++) _mm512_store_si512(out + 16 * c + j, r[j]);
+        for (int j = 0; j < 16; j++) v16_store_si512(out + 16 * c + j, r[j]);
     }
 }
 
 /* scores of keys 16b .. 16b+15 for n heads, -inf past length, from their block (transpose_key_block8),
  * or with block NULL straight from the pool (load_key_chunk8: the same vectors) */
 static inline __attribute__((always_inline)) void score8_tile(
-    const kv8_view *view, const __m512i *block, const uint8_t *q_high, const uint8_t *q_low, const float *q_scales, const float *key_scales,
+    const kv8_view *view, const v16i *block, const uint8_t *q_high, const uint8_t *q_low, const float *q_scales, const float *key_scales,
     int D, int b, int length, float *scores, int stride, float *max, const int n) {
     /* per key: sum(high * c), sum(low * c) and sum(c), 4 codes per vpdpbusd; then
      * sum(qi * c) = 256 * high + low - 32768 * sum(c), exactly */
-    __m512i high[HEADS_PER_TILE], low[HEADS_PER_TILE], code_sums = _mm512_setzero_si512();
-    const __m512i ones = _mm512_set1_epi8(1);
-    for (int h = 0; h < n; h++) high[h] = low[h] = _mm512_setzero_si512();
+    v16i high[HEADS_PER_TILE], low[HEADS_PER_TILE], code_sums = v16_setzero_si512();
+    const v16i ones = v16_set1_epi8(1);
+    for (int h = 0; h < n; h++) high[h] = low[h] = v16_setzero_si512();
     for (int c = 0; c < D / 64; c++) {
-        __m512i r[16];
+        v16i r[16];
         if (block == NULL) load_key_chunk8(view, b, c, D, length, r);
         for (int j = 0; j < 16; j++) {
             const int x = 16 * c + j;
-            const __m512i codes = block == NULL ? r[j] : _mm512_load_si512(block + x);
-            code_sums = dot_quads(code_sums, ones, codes);
+            const v16i codes = block == NULL ? r[j] : v16_load_si512(block + x);
+            code_sums = v16_dot_quads(code_sums, ones, codes);
             for (int h = 0; h < n; h++) {
                 int32_t quad_high, quad_low;
                 memcpy(&quad_high, q_high + (size_t)h * D + 4 * x, sizeof quad_high);
                 memcpy(&quad_low, q_low + (size_t)h * D + 4 * x, sizeof quad_low);
-                high[h] = dot_quads(high[h], _mm512_set1_epi32(quad_high), codes);
-                low[h] = dot_quads(low[h], _mm512_set1_epi32(quad_low), codes);
+                high[h] = v16_dot_quads(high[h], v16_set1_epi32(quad_high), codes);
+                low[h] = v16_dot_quads(low[h], v16_set1_epi32(quad_low), codes);
             }
         }
     }
-    const __m512i bias = _mm512_slli_epi32(code_sums, 15);
-    const __m512 ks = _mm512_loadu_ps(key_scales + 16 * b);
+    const v16i bias = v16_slli_epi32(code_sums, 15);
+    const v16f ks = v16_loadu_ps(key_scales + 16 * b);
     const int left = length - 16 * b;
     for (int h = 0; h < n; h++) {
-        const __m512i sums = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(high[h], 8), low[h]), bias);
-        __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(ks, _mm512_set1_ps(q_scales[h])));
-        if (left < 16) s = _mm512_mask_blend_ps((__mmask16)((1u << left) - 1u), _mm512_set1_ps(-INFINITY), s);
-        _mm512_storeu_ps(scores + (size_t)h * stride + 16 * b, s);
-        _mm512_storeu_ps(max + 16 * h, _mm512_max_ps(_mm512_loadu_ps(max + 16 * h), s));
+        const v16i sums = v16_sub_epi32(v16_add_epi32(v16_slli_epi32(high[h], 8), low[h]), bias);
+        v16f s = v16_mul_ps(v16_cvtepi32_ps(sums), v16_mul_ps(ks, v16_set1_ps(q_scales[h])));
+        if (left < 16) s = v16_mask_blend_ps((__mmask16)((1u << left) - 1u), v16_set1_ps(-INFINITY), s);
+        v16_storeu_ps(scores + (size_t)h * stride + 16 * b, s);
+        v16_storeu_ps(max + 16 * h, v16_max_ps(v16_loadu_ps(max + 16 * h), s));
     }
 }
 
@@ -866,16 +835,16 @@ static inline __attribute__((always_inline)) void score8_tile(
  * returns the float value of one code over the sum of e^(s - max) */
 static float softmax8(const float *s, const float *value_scales, int length, float max, float largest_scale,
                       int16_t *weights) {
-    const __m512 vmax = _mm512_set1_ps(max), inverse = _mm512_set1_ps(largest_scale > 0.0f ? QUERY_MAX / largest_scale : 0.0f);
-    __m512 sum = _mm512_setzero_ps();
+    const v16f vmax = v16_set1_ps(max), inverse = v16_set1_ps(largest_scale > 0.0f ? QUERY_MAX / largest_scale : 0.0f);
+    v16f sum = v16_setzero_ps();
     for (int k = 0; k < length + 16; k += 16) {
         const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : length > k ? (__mmask16)((1u << (length - k)) - 1u) : 0;
-        const __m512 e = _mm512_maskz_mov_ps(lanes, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, s + k), vmax)));
-        sum = _mm512_add_ps(sum, e);
-        const __m512 scaled = _mm512_mul_ps(_mm512_mul_ps(e, _mm512_maskz_loadu_ps(lanes, value_scales + k)), inverse);
-        _mm256_storeu_si256((__m256i *)(weights + k), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(scaled)));
+        const v16f e = v16_maskz_mov_ps(lanes, exp_ps(v16_sub_ps(v16_maskz_loadu_ps(lanes, s + k), vmax)));
+        sum = v16_add_ps(sum, e);
+        const v16f scaled = v16_mul_ps(v16_mul_ps(e, v16_maskz_loadu_ps(lanes, value_scales + k)), inverse);
+        _mm256_storeu_si256((__m256i *)(weights + k), v16_cvtsepi32_epi16(v16_cvtps_epi32(scaled)));
     }
-    return largest_scale / QUERY_MAX / _mm512_reduce_add_ps(sum);
+    return largest_scale / QUERY_MAX / v16_reduce_add_ps(sum);
 }
 
 /* acc [n][D] += the values of keys k0 .. k1-1 (one span, k0 even) times their weights' codes, by pairs
@@ -883,44 +852,43 @@ static float softmax8(const float *s, const float *value_scales, int length, flo
 static inline __attribute__((always_inline)) void add_values8(
     const kv8_view *view, const int16_t *weights, int stride, int D, int length, int k0, int k1, float *acc_out,
     const int n) {
-    const __m512i low = interleave_low(), high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
     for (int d0 = 0; d0 < D; d0 += 64) {
-        __m512i acc[HEADS_PER_TILE][4];
+        v16i acc[HEADS_PER_TILE][4];
         for (int h = 0; h < n; h++)
-            for (int j = 0; j < 4; j++) acc[h][j] = _mm512_setzero_si512();
+            for (int j = 0; j < 4; j++) acc[h][j] = v16_setzero_si512();
         for (int k = k0; k < k1; k += 2) {
-            __m512i v[4];
+            v16i v[4];
             if (view->value_pairs == NULL) {
                 _mm_prefetch((const char *)(value_codes(view, k + PREFETCH_KEYS, D) + d0), _MM_HINT_T0);
                 _mm_prefetch((const char *)(value_codes(view, k + PREFETCH_KEYS + 1, D) + d0), _MM_HINT_T0);
                 const int8_t *a = value_codes(view, k, D) + d0, *b = k + 1 < length ? value_codes(view, k + 1, D) + d0 : NULL;
-                const __m512i a0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)a));
-                const __m512i a1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(a + 32)));
-                const __m512i b0 = b ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)b)) : _mm512_setzero_si512();
-                const __m512i b1 = b ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(b + 32))) : _mm512_setzero_si512();
-                v[0] = _mm512_permutex2var_epi16(a0, low, b0);
-                v[1] = _mm512_permutex2var_epi16(a0, high, b0);
-                v[2] = _mm512_permutex2var_epi16(a1, low, b1);
-                v[3] = _mm512_permutex2var_epi16(a1, high, b1);
+                const v16i a0 = v16_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)a));
+                const v16i a1 = v16_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(a + 32)));
+                const v16i b0 = b ? v16_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)b)) : v16_setzero_si512();
+                const v16i b1 = b ? v16_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(b + 32))) : v16_setzero_si512();
+                v[0] = v16_interleave_low(a0, b0);
+                v[1] = v16_interleave_high(a0, b0);
+                v[2] = v16_interleave_low(a1, b1);
+                v[3] = v16_interleave_high(a1, b1);
             } else {
-                for (int j = 0; j < 4; j++) v[j] = _mm512_loadu_si512(view->value_pairs + ((size_t)(k / 2) * D + d0) * 2 + 32 * j);
+                for (int j = 0; j < 4; j++) v[j] = v16_loadu_si512(view->value_pairs + ((size_t)(k / 2) * D + d0) * 2 + 32 * j);
             }
             for (int h = 0; h < n; h++) {
                 int32_t pair;
                 memcpy(&pair, weights + (size_t)h * stride + k, sizeof pair);
-                const __m512i w = _mm512_set1_epi32(pair);
-                for (int j = 0; j < 4; j++) acc[h][j] = dot_pairs(acc[h][j], v[j], w);
+                const v16i w = v16_set1_epi32(pair);
+                for (int j = 0; j < 4; j++) acc[h][j] = v16_dot_pairs(acc[h][j], v[j], w);
             }
         }
         for (int h = 0; h < n; h++)
             for (int j = 0; j < 4; j++) {
                 float *out = acc_out + (size_t)h * D + d0 + 16 * j;
-                _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), _mm512_cvtepi32_ps(acc[h][j])));
+                v16_storeu_ps(out, v16_add_ps(v16_loadu_ps(out), v16_cvtepi32_ps(acc[h][j])));
             }
     }
 }
 
-static void score8(const kv8_view *view, const __m512i *block, const uint8_t *q_high, const uint8_t *q_low,
+static void score8(const kv8_view *view, const v16i *block, const uint8_t *q_high, const uint8_t *q_low,
                    const float *q_scales, const float *key_scales, int D, int b, int length, float *scores, int stride,
                    float *max, int n) {
     switch (n) {
@@ -943,40 +911,39 @@ static void score8(const kv8_view *view, const __m512i *block, const uint8_t *q_
  * (a sequence's usual run) are one load from the KV head's plane, others a gather; either way the
  * scales PREFETCH_KEYS keys on are asked for (a gather waits for each of its lines in turn) */
 static void gather_scales8(const kv8_view *view, int length) {
-    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const v16i iota = v16_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     for (int k = 0; k < length; k += 16) {
         const int32_t ahead = view->rows[k + PREFETCH_KEYS];
         _mm_prefetch((const char *)(view->key_scales + ahead), _MM_HINT_T0);
         _mm_prefetch((const char *)(view->value_scales + ahead), _MM_HINT_T0);
         const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (length - k)) - 1u);
-        const __m512i index = _mm512_maskz_loadu_epi32(lanes, view->rows + k);
-        __m512 keys, values;
-        if (lanes == 0xffff && _mm512_cmpeq_epi32_mask(index, _mm512_add_epi32(_mm512_set1_epi32(view->rows[k]), iota)) == 0xffff) {
-            keys = _mm512_loadu_ps(view->key_scales + view->rows[k]);
-            values = _mm512_loadu_ps(view->value_scales + view->rows[k]);
+        const v16i index = v16_maskz_loadu_epi32(lanes, view->rows + k);
+        v16f keys, values;
+        if (lanes == 0xffff && v16_cmpeq_epi32_mask(index, v16_add_epi32(v16_set1_epi32(view->rows[k]), iota)) == 0xffff) {
+            keys = v16_loadu_ps(view->key_scales + view->rows[k]);
+            values = v16_loadu_ps(view->value_scales + view->rows[k]);
         } else {
-            keys = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, index, view->key_scales, 4);
-            values = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, index, view->value_scales, 4);
+            keys = v16_mask_i32gather_ps(v16_setzero_ps(), lanes, index, view->key_scales, 4);
+            values = v16_mask_i32gather_ps(v16_setzero_ps(), lanes, index, view->value_scales, 4);
         }
-        _mm512_storeu_ps(view->key_scales_t + k, keys);
-        _mm512_storeu_ps(view->value_scales_t + k, values);
+        v16_storeu_ps(view->key_scales_t + k, keys);
+        v16_storeu_ps(view->value_scales_t + k, values);
     }
 }
 
 /* a prompt chunk's keys of one KV head, once, in the layouts its rows read: key blocks [blocks][D / 4]
  * vectors, value pairs [padded / 2][D][2] (add_values8's vectors) */
-static void gather_keys8(kv8_view *view, int D, int length, __m512i *key_blocks, int16_t *value_pairs) {
+static void gather_keys8(kv8_view *view, int D, int length, v16i *key_blocks, int16_t *value_pairs) {
     const int blocks = (length + 15) / 16;
     for (int b = 0; b < blocks; b++) transpose_key_block8(view, b, D, length, key_blocks + (size_t)b * (D / 4));
-    const __m512i low = interleave_low(), high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
     for (int k = 0; k < length; k += 2) {
         const int8_t *a = value_codes(view, k, D), *b = k + 1 < length ? value_codes(view, k + 1, D) : NULL;
         int16_t *dst = value_pairs + (size_t)(k / 2) * D * 2;
         for (int d = 0; d < D; d += 32) {
-            const __m512i va = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(a + d)));
-            const __m512i vb = b ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(b + d))) : _mm512_setzero_si512();
-            _mm512_storeu_si512(dst + 2 * d, _mm512_permutex2var_epi16(va, low, vb));
-            _mm512_storeu_si512(dst + 2 * d + 32, _mm512_permutex2var_epi16(va, high, vb));
+            const v16i va = v16_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(a + d)));
+            const v16i vb = b ? v16_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(b + d))) : v16_setzero_si512();
+            v16_storeu_si512(dst + 2 * d, v16_interleave_low(va, vb));
+            v16_storeu_si512(dst + 2 * d + 32, v16_interleave_high(va, vb));
         }
     }
     gather_scales8(view, length);
@@ -995,14 +962,14 @@ static void attend8(const kv8_view *views, int kv_count, const bf16 *q, int grou
     const unsigned int control = _mm_getcsr();
     _mm_setcsr(control | FLUSH_SUBNORMALS);
     quantize_query(q, heads, D, w->q, w->q_scales);
-    for (int h = 0; h < heads; h++) _mm512_storeu_ps(w->max + 16 * h, _mm512_set1_ps(-INFINITY));
+    for (int h = 0; h < heads; h++) v16_storeu_ps(w->max + 16 * h, v16_set1_ps(-INFINITY));
     if (direct)
         for (int kv = 0; kv < kv_count; kv++) gather_scales8(&views[kv], length);
     for (int b = 0; b < blocks; b++)
         for (int kv = 0; kv < kv_count; kv++) {
             /* a lone row's tile reads its block straight from the pool; with more heads than one tile
              * takes, the block is laid out once for them all */
-            const __m512i *block = direct ? NULL : views[kv].key_blocks + (size_t)b * (D / 4);
+            const v16i *block = direct ? NULL : views[kv].key_blocks + (size_t)b * (D / 4);
             if (direct && group > HEADS_PER_TILE) {
                 transpose_key_block8(&views[kv], b, D, length, w->block);
                 block = w->block;
@@ -1015,16 +982,16 @@ static void attend8(const kv8_view *views, int kv_count, const bf16 *q, int grou
         }
     float largest_scale[kv_count];
     for (int kv = 0; kv < kv_count; kv++) {
-        __m512 largest = _mm512_setzero_ps();
+        v16f largest = v16_setzero_ps();
         for (int k = 0; k < length; k += 16) {  /* the row's own keys only: a chunk's later rows' are laid out too */
             const __mmask16 lanes = length - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (length - k)) - 1u);
-            largest = _mm512_max_ps(largest, _mm512_maskz_loadu_ps(lanes, views[kv].value_scales_t + k));
+            largest = v16_max_ps(largest, v16_maskz_loadu_ps(lanes, views[kv].value_scales_t + k));
         }
-        largest_scale[kv] = _mm512_reduce_max_ps(largest);
+        largest_scale[kv] = v16_reduce_max_ps(largest);
     }
     for (int h = 0; h < heads; h++)
         w->inverse_sum[h] = softmax8(w->scores + (size_t)h * stride, views[h / group].value_scales_t, length,
-                                     _mm512_reduce_max_ps(_mm512_loadu_ps(w->max + 16 * h)), largest_scale[h / group],
+                                     v16_reduce_max_ps(v16_loadu_ps(w->max + 16 * h)), largest_scale[h / group],
                                      w->weights + (size_t)h * stride);
     memset(w->acc, 0, sizeof(float) * heads * D);
     for (int k0 = 0; k0 < length; k0 += SPAN_KEYS) {
@@ -1043,8 +1010,8 @@ static void attend8(const kv8_view *views, int kv_count, const bf16 *q, int grou
 /* rows [length + PREFETCH_KEYS + 16]: each key's slot, then the last one's */
 static void key_rows8(const int32_t *slots, int length, int32_t *rows) {
     memcpy(rows, slots, sizeof(int32_t) * length);
-    const __m512i last = _mm512_set1_epi32(rows[length - 1]);
-    for (int k = length; k < length + PREFETCH_KEYS + 16; k += 16) _mm512_storeu_si512(rows + k, last);
+    const v16i last = v16_set1_epi32(rows[length - 1]);
+    for (int k = length; k < length + PREFETCH_KEYS + 16; k += 16) v16_storeu_si512(rows + k, last);
 }
 
 /* the per-worker scratch of an 8-bit KV attention unit */
@@ -1055,7 +1022,7 @@ typedef struct {
     float *acc;           /* [heads][D], then [heads][16] max and [heads] 1 / sum */
     float *scales;        /* [2][kv heads][padded + 16] */
     int32_t *rows;        /* [padded + PREFETCH_KEYS + 16] */
-    __m512i *key_blocks;  /* a chunk's [padded / 16][D / 4] */
+    v16i *key_blocks;  /* a chunk's [padded / 16][D / 4] */
     int16_t *value_pairs; /* a chunk's [padded / 2][D][2] */
 } kv8_buffers;
 
@@ -1065,7 +1032,7 @@ static void attend8_unit(const lm_model *md, int layer, int kv_first, int kv_cou
                          const int64_t *positions, int count, const bf16 *q, bf16 *out, kv8_buffers buffers) {
     const int D = md->head_dim, KVH = md->num_kv_heads, QH = md->num_heads, group = QH / KVH;
     const int length = (int)positions[count - 1] + 1, padded = (length + 15) & ~15;
-    __m512i block[MAX_HEAD_DIM / 4];
+    v16i block[MAX_HEAD_DIM / 4];
     const row8_scratch w = {(uint8_t *)buffers.query_codes, (float *)(buffers.query_codes + (size_t)QH * D), buffers.scores,
                             buffers.weights, buffers.acc, buffers.acc + (size_t)QH * D, buffers.acc + (size_t)QH * (D + 16), block};
     key_rows8(slots, length, buffers.rows);
@@ -1175,7 +1142,7 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
         for (int t = 0; t < T; t++) {
             float *r = y + (size_t)t * QKV;
             const float *cos = md->rope_cos + (size_t)positions[t] * half, *sin = md->rope_sin + (size_t)positions[t] * half;
-            for (int i = 0; i + 16 <= QKV; i += 16) _mm512_storeu_ps(r + i, round_bf16_ps(_mm512_loadu_ps(r + i)));
+            for (int i = 0; i + 16 <= QKV; i += 16) v16_storeu_ps(r + i, round_bf16_ps(v16_loadu_ps(r + i)));
             for (int i = QKV & ~15; i < QKV; i++) r[i] = round_bf16(r[i]);
             for (int h = 0; h < QH + KVH; h++) rotate(r + (size_t)h * D, cos, sin, half);
             for (int i = 0; i < QS; i++) q[(size_t)t * QS + i] = f32_to_bf16(round_bf16(r[i]) * scale);
@@ -1214,7 +1181,7 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
                                            (int16_t *)probs + (size_t)worker * head_scratch, acc,
                                            scales + (size_t)worker * scale_scratch,
                                            key_rows + (size_t)worker * row_scratch_size,
-                                           (__m512i *)(keys_t + (size_t)worker * padded_max * D),
+                                           (v16i *)(keys_t + (size_t)worker * padded_max * D),
                                            (int16_t *)values_t + (size_t)worker * padded_max * D});
                 continue;
             }
@@ -1246,11 +1213,11 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
         for (int t = 0; t < T; t++) {
             const float *g = y + (size_t)t * 2 * I, *u = g + I;
             for (int i = 0; i < I; i += 16) {  /* silu(gate) * up, each rounded to bf16 as in torch */
-                __m512 gate = round_bf16_ps(_mm512_loadu_ps(g + i));
-                __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), gate));
-                __m512 silu = round_bf16_ps(_mm512_div_ps(gate, _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
-                __m512 product = _mm512_mul_ps(silu, round_bf16_ps(_mm512_loadu_ps(u + i)));
-                _mm256_storeu_si256((__m256i *)(act + (size_t)t * I + i), (__m256i)_mm512_cvtneps_pbh(product));
+                v16f gate = round_bf16_ps(v16_loadu_ps(g + i));
+                v16f e = exp_ps(v16_sub_ps(v16_setzero_ps(), gate));
+                v16f silu = round_bf16_ps(v16_div_ps(gate, v16_add_ps(v16_set1_ps(1.0f), e)));
+                v16f product = v16_mul_ps(silu, round_bf16_ps(v16_loadu_ps(u + i)));
+                _mm256_storeu_si256((__m256i *)(act + (size_t)t * I + i), v16_cvtneps_pbh(product));
             }
         }
         project(md->layer_format, md->down[layer], act, sums, y, T, H, I, threads);
@@ -1280,3 +1247,6 @@ int lm_project(int format, const void *w, const bf16 *x, float *y, int M, int N,
 
 /* for tests: column n of a packed weight as float32 */
 void lm_unpack_column(int format, const void *w, int n, int K, float *out) { unpack_column(format, w, n, K, out); }
+
+/* the instruction set this library was built for: "avx512" or "avx2" */
+const char *lm_isa(void) { return ISA_NAME; }

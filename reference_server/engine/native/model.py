@@ -21,17 +21,17 @@ import torch
 from torch import nn
 
 from reference_server.engine.kv_pool import KVPool, SlotTable
-from reference_server.engine.native.kernels import KernelsUnavailable, load_kernels
+from reference_server.engine.native.kernels import Isa, KernelsUnavailable, load_kernels
 from reference_server.models.llama import DecoderLayer, LlamaConfig, LlamaModel
 from reference_server.models.quantized import GROUP_SIZE, BlockFormat, BlockWeight, quantize, stack_rows
 
 PANEL = 64  # output columns per packed panel, as in forward.c
-VECTOR = 16  # float32 lanes of one AVX-512 vector
+VECTOR = 16  # float32 lanes of one of the kernels' vectors (a zmm register, or two ymm)
 MAX_HEAD_DIM = 512  # as forward.c checks
 OUT_OF_RANGE = -2  # lm_forward's status for a token id or position out of range
 FORMAT_CODES = {"bf16": 0, "q4_1": 1, "q8_0": 2}  # forward.c's FORMAT_*
 KV_FORMAT_CODES = {"dense": 0, "int8": 1}  # forward.c's KV_*
-# int8 codes of one AVX-512 vector: an int8 KV cache's head_dim is whole vectors of them
+# int8 codes of one of those vectors: an int8 KV cache's head_dim is whole vectors of them
 KV_CODES_PER_VECTOR = 64
 
 Format = Literal["bf16", "q4_1", "q8_0"]
@@ -62,8 +62,10 @@ def unsupported_reason(
     dtype: torch.dtype,
     weights: str = "dense",
     kv_cache: str = "dense",
+    isa: Isa | None = None,
 ) -> str | None:
-    """Why a model of this shape cannot run natively here with these weights and KV cache, or None."""
+    """Why a model of this shape cannot run natively here (in ``isa``'s kernels; None: the best this
+    CPU runs) with these weights and KV cache, or None."""
     if device.type != "cpu" or dtype != torch.bfloat16:
         return f"the native kernels run bfloat16 on the CPU, not {dtype} on {device.type}"
     for name in ("hidden_size", "intermediate_size", "head_dim"):
@@ -78,7 +80,7 @@ def unsupported_reason(
     if kv_cache == "int8" and config.head_dim % KV_CODES_PER_VECTOR:
         return f"head_dim={config.head_dim} is not a multiple of {KV_CODES_PER_VECTOR} for an int8 KV cache"
     try:
-        load_kernels()
+        load_kernels(isa)
     except (KernelsUnavailable, OSError) as error:
         return str(error)
     return None
@@ -97,8 +99,10 @@ class NativeModel:
         table: SlotTable,
         weights: str = "dense",
         stored: Mapping[str, BlockWeight] | None = None,
+        isa: Isa | None = None,
     ) -> None:
-        self._lib = load_kernels()
+        self._lib = load_kernels(isa)
+        self.isa: str = self._lib.lm_isa().decode()
         self._stored = dict(stored or {})
         self.layer_format = LAYER_FORMAT[weights]
         c = model.config

@@ -1,6 +1,7 @@
-"""The CPU's instruction set decides the default dtype: a CPU without native bf16 GEMMs (AVX2 only,
-as on many AMD EPYC hosts) runs float32, because torch emulates bf16 there several times slower and
-oneDNN refuses to prepack bf16 weights at all (the server died at start-up before)."""
+"""The CPU's instruction set decides the torch model's default dtype: a CPU without native bf16 GEMMs
+(AVX2 only, as on many AMD EPYC hosts) runs it in float32, because torch emulates bf16 there several
+times slower and oneDNN refuses to prepack bf16 weights at all (the server died at start-up before).
+The native kernels run bf16 there (test_kernel_isa.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_default_cpu_dtype_follows_native_bf16(
     monkeypatch: pytest.MonkeyPatch, flags: frozenset[str], dtype: torch.dtype, packs: bool
 ) -> None:
     monkeypatch.setattr(cpu, "cpu_flags", lambda: flags)
-    config = ModelEngineConfig(load_embedding_model=False)
+    config = ModelEngineConfig(load_embedding_model=False, kernels="torch")
     assert config.torch_dtype(torch.device("cpu")) == dtype
     assert prepack_supported(torch.device("cpu"), torch.bfloat16) is (
         packs and torch.backends.mkldnn.is_available()
