@@ -177,10 +177,13 @@ void lm_pack_weight(const bf16 *w, bf16 *packed, int N, int K) {
  * word i is lane i / 2, element i % 2 of a pair-interleaved vector (as the bf16 panels), and its
  * four nibbles feed four vectors: q4_1's 64 bytes are the codes of vectors 0 .. 3 (nibble j for
  * vector j); q8_0's 128 bytes are two halves, each the lo nibbles of its two vectors, then their
- * hi nibbles. A vpermw looks each nibble up as an exact bf16 value (0 .. 15, or 16 * (hi - 8)),
- * so one dpbf16 adds a k pair to 16 columns as with bf16 weights, and the dequantized weight is
- * never rounded: a group's sum of codes times inputs is scaled once, y = sum_g d * sum_k c x
- * (+ m * sum_k x). The order of every sum depends on nothing but the row's own inputs. */
+ * hi nibbles. Each nibble becomes its exact value (0 .. 15, or 16 * (hi - 8)) in a dpbf16 operand
+ * (v16_low_codes, v16_high_codes: a vpermw lookup, or on AVX2 masked in place: CODE_UNIT), so one
+ * dpbf16 adds a k pair to 16 columns as with bf16 weights, and the dequantized weight is never
+ * rounded: a group's sum of codes times inputs is scaled once, y = sum_g d * sum_k c x
+ * (+ m * sum_k x). The order of every sum depends on nothing but the row's own inputs. A code
+ * held as c * 2^s makes every product, sum and rounding 2^s times as large (no float rounds
+ * differently when scaled by a power of 2 short of overflow), and d * 2^-s takes it back exactly. */
 
 #define FORMAT_BF16 0
 #define FORMAT_Q4_1 1
@@ -236,14 +239,6 @@ void lm_pack_quant(int format, const uint8_t *blocks, uint8_t *packed, int N, in
         }
 }
 
-/* the bf16 bits of each nibble's value: its code 0 .. 15, or q8_0's high nibble 16 * (n - 8) */
-static const uint16_t LOW_CODES[16] = {
-    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
-};
-static const uint16_t HIGH_CODES[16] = {
-    0xc300, 0xc2e0, 0xc2c0, 0xc2a0, 0xc280, 0xc240, 0xc200, 0xc180, 0x0000, 0x4180, 0x4200, 0x4240, 0x4280, 0x42a0, 0x42c0, 0x42e0,
-};
-
 /* sums[m * groups + g]: the sum of row m's inputs in group g (q4_1's minimum multiplies it) */
 static void group_sums(const bf16 *x, float *sums, int M, int K) {
     for (int m = 0; m < M; m++)
@@ -259,7 +254,6 @@ static inline __attribute__((always_inline)) void quant_tile(
     const uint8_t *panel, const int format, const bf16 *x, const float *sums, float *y, int K, int N, int ncols,
     const int M) {
     const int groups = K / GROUP;
-    const v16i low = v16_nibble_table(LOW_CODES), high = v16_nibble_table(HIGH_CODES);
     v16f total[QUANT_TILE_ROWS][4];
     for (int m = 0; m < M; m++)
         for (int j = 0; j < 4; j++) total[m][j] = v16_setzero_ps();
@@ -280,14 +274,14 @@ static inline __attribute__((always_inline)) void quant_tile(
             if (format == FORMAT_Q4_1) {
                 const v16i words = v16_loadu_si512(codes + (size_t)kp * 64);
                 for (int j = 0; j < 4; j++) {
-                    const v16bf w = v16_nibbles_bf16(words, 4 * j, low);
+                    const v16bf w = v16_low_codes(words, 4 * j);
                     for (int m = 0; m < M; m++) acc[m][j] = v16_dpbf16_ps(acc[m][j], w, xv[m]);
                 }
             } else {
                 for (int h = 0; h < 2; h++) {
                     const v16i words = v16_loadu_si512(codes + (size_t)kp * 128 + 64 * h);
                     for (int j = 0; j < 2; j++) {
-                        const v16bf lo = v16_nibbles_bf16(words, 4 * j, low), hi = v16_nibbles_bf16(words, 8 + 4 * j, high);
+                        const v16bf lo = v16_low_codes(words, 4 * j), hi = v16_high_codes(words, 4 * j);
                         for (int m = 0; m < M; m++)
                             acc[m][2 * h + j] = v16_dpbf16_ps(v16_dpbf16_ps(acc[m][2 * h + j], lo, xv[m]), hi, xv[m]);
                     }
@@ -296,7 +290,9 @@ static inline __attribute__((always_inline)) void quant_tile(
         }
         const uint16_t *scales = (const uint16_t *)(codes + 16 * code_bytes(format));
         for (int j = 0; j < 4; j++) {
-            const v16f d = v16_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + 16 * j)));
+            v16f d = v16_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + 16 * j)));
+            /* the codes' unit (exact: a power of 2): q8_0's halves hold vectors 0, 1 and 2, 3 */
+            d = v16_mul_ps(d, v16_set1_ps(CODE_UNIT(format == FORMAT_Q4_1 ? 4 * j : 4 * (j % 2))));
             for (int m = 0; m < M; m++) total[m][j] = v16_fmadd_ps(acc[m][j], d, total[m][j]);
             if (format == FORMAT_Q4_1) {
                 const v16f minimum = v16_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + PANEL + 16 * j)));

@@ -5,7 +5,7 @@
  *   float32 vectors; a dot product adds element 1's product, then element 0's, with one FMA each,
  *   the order vdpbf16ps sums them in (a product of two bf16 values is exact in float32);
  * - bf16 <-> float32 are shifts, with the instruction's rounding to nearest even;
- * - a 4-bit code becomes its weight by two byte shuffles (its bf16 value's high and low byte);
+ * - a 4-bit code is masked where it lies and converted: its value times a power of 2 (CODE_UNIT);
  * - the int8 KV cache's integer sums use 16-bit multiply-adds (vpmaddwd): exact, as vpdpbusd and
  *   vpdpwssd are.
  * Masks stay bit masks (__mmask16); an operation that takes one builds the lane masks it needs. */
@@ -279,26 +279,30 @@ AVX2_INLINE v16f v16_dpbf16_ps(v16f acc, v16bf a, v16bf b) {
                   _mm256_fmadd_ps(a.even_hi, b.even_hi, _mm256_fmadd_ps(a.odd_hi, b.odd_hi, acc.hi))};
 }
 
-/* a table of 16 bf16 values for v16_nibbles_bf16: their low bytes, then their high bytes, each in
- * both 128-bit halves (a byte shuffle looks up within its half) */
-AVX2_INLINE v16i v16_nibble_table(const uint16_t table[16]) {
-    uint8_t low[16], high[16];
-    for (int i = 0; i < 16; i++) {
-        low[i] = (uint8_t)(table[i] & 0xff);
-        high[i] = (uint8_t)(table[i] >> 8);
-    }
-    return (v16i){_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)low)),
-                  _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)high))};
+/* each 16-bit word's nibble at `shift` as its code (0 .. 15), and its nibble at shift + 8 as q8_0's
+ * high part 16 * (n - 8), both times 2^shift (CODE_UNIT undoes it): masked where they lie (element
+ * 1's moved down a word first, a high nibble 4 bits down: 16 n) and converted, with no shift per
+ * nibble */
+AVX2_INLINE void low_codes8(__m256i words, int shift, __m256 *even, __m256 *odd) {
+    const __m256i mask = _mm256_set1_epi32(15 << shift);
+    *even = _mm256_cvtepi32_ps(_mm256_and_si256(words, mask));
+    *odd = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(words, 16), mask));
 }
-
-/* each 16-bit word's nibble at `shift` looked up in the table: the bf16 value it codes (an index
- * byte with its top bit set reads zero, so each shuffle fills one byte of the word) */
-AVX2_INLINE __m256i nibbles_bf16(__m256i words, int shift, v16i table) {
-    const __m256i index = _mm256_and_si256(_mm256_srli_epi16(words, shift), _mm256_set1_epi16(0x0f));
-    const __m256i low = _mm256_shuffle_epi8(table.lo, _mm256_or_si256(index, _mm256_set1_epi16((short)0x8000)));
-    const __m256i high = _mm256_shuffle_epi8(table.hi, _mm256_or_si256(_mm256_slli_epi16(index, 8), _mm256_set1_epi16(0x80)));
-    return _mm256_or_si256(low, high);
+AVX2_INLINE void high_codes8(__m256i words, int shift, __m256 *even, __m256 *odd) {
+    const __m256i mask = _mm256_set1_epi32(15 << (shift + 4)), offset = _mm256_set1_epi32(128 << shift);
+    *even = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(words, 4), mask), offset));
+    *odd = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(words, 20), mask), offset));
 }
-AVX2_INLINE v16bf v16_nibbles_bf16(v16i words, int shift, v16i table) {
-    return v16_bf16((v16i){nibbles_bf16(words.lo, shift, table), nibbles_bf16(words.hi, shift, table)});
+AVX2_INLINE v16bf v16_low_codes(v16i words, int shift) {
+    v16bf w;
+    low_codes8(words.lo, shift, &w.even_lo, &w.odd_lo);
+    low_codes8(words.hi, shift, &w.even_hi, &w.odd_hi);
+    return w;
 }
+AVX2_INLINE v16bf v16_high_codes(v16i words, int shift) {
+    v16bf w;
+    high_codes8(words.lo, shift, &w.even_lo, &w.odd_lo);
+    high_codes8(words.hi, shift, &w.even_hi, &w.odd_hi);
+    return w;
+}
+#define CODE_UNIT(shift) (1.0f / (float)(1 << (shift)))

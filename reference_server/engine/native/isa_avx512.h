@@ -89,15 +89,26 @@ static inline v16i v16_interleave_high(v16i a, v16i b) {
     return _mm512_permutex2var_epi16(a, index, b);
 }
 
-/* a table of 16 bf16 values, looked up by v16_nibbles_bf16 (vpermw reads 5 index bits: twice) */
-static inline v16i v16_nibble_table(const uint16_t table[16]) {
-    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)table));
-}
+/* the bf16 bits of each nibble's value: its code 0 .. 15, and q8_0's high nibble 16 * (n - 8); twice,
+ * as vpermw reads 5 index bits */
+static const uint16_t LOW_CODES[32] = {
+    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
+    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
+};
+static const uint16_t HIGH_CODES[32] = {
+    0xc300, 0xc2e0, 0xc2c0, 0xc2a0, 0xc280, 0xc240, 0xc200, 0xc180, 0x0000, 0x4180, 0x4200, 0x4240, 0x4280, 0x42a0, 0x42c0, 0x42e0,
+    0xc300, 0xc2e0, 0xc2c0, 0xc2a0, 0xc280, 0xc240, 0xc200, 0xc180, 0x0000, 0x4180, 0x4200, 0x4240, 0x4280, 0x42a0, 0x42c0, 0x42e0,
+};
 
-/* each 16-bit word's nibble at `shift` looked up in the table: the bf16 value it codes */
-static inline v16bf v16_nibbles_bf16(v16i words, int shift, v16i table) {
-    return (v16bf)_mm512_permutexvar_epi16(_mm512_srli_epi16(words, shift), table);
+/* each 16-bit word's nibble at `shift` as its code (0 .. 15), and its nibble at shift + 8 as q8_0's
+ * high part 16 * (n - 8), in dpbf16 operands: the values themselves (CODE_UNIT 1) */
+static inline v16bf v16_low_codes(v16i words, int shift) {
+    return (v16bf)_mm512_permutexvar_epi16(_mm512_srli_epi16(words, shift), _mm512_loadu_si512(LOW_CODES));
 }
+static inline v16bf v16_high_codes(v16i words, int shift) {
+    return (v16bf)_mm512_permutexvar_epi16(_mm512_srli_epi16(words, shift + 8), _mm512_loadu_si512(HIGH_CODES));
+}
+#define CODE_UNIT(shift) 1.0f
 
 /* acc + the dot products of a's and b's int16 pairs, lane by lane (vpdpwssd). Written out because
  * GCC copies the accumulator of _mm512_dpwssd_epi32 into a fresh register at every call in a loop. */
