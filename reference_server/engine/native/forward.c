@@ -304,6 +304,60 @@ static inline __attribute__((always_inline)) void quant_tile(
     store_rows(total, y, N, ncols, M);
 }
 
+/* The same sums for many rows where unpacking a code costs more than its products (AVX2: no
+ * lookup instruction, so each code is masked and converted): each group of a panel is unpacked
+ * once into dpbf16 operands in L1 (8 KB, or 16 for q8_0) for a block of rows, which then read it
+ * one row at a time. Every output's operations are quant_tile's, in its order: the same numbers. */
+#define ROW_BLOCK 32
+static inline __attribute__((always_inline)) void quant_rows(
+    const uint8_t *panel, const int format, const bf16 *x, const float *sums, float *y, int K, int N, int ncols, int M) {
+    const int groups = K / GROUP;
+    v16bf low[GROUP / 2][4], high[GROUP / 2][4]; /* q4_1: low only; q8_0: per half h, vectors 2h + j */
+    v16f total[ROW_BLOCK][4];
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < 4; j++) total[m][j] = v16_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *codes = panel + (size_t)g * group_bytes(format);
+        for (int kp = 0; kp < GROUP / 2; kp++) {
+            if (format == FORMAT_Q4_1) {
+                const v16i words = v16_loadu_si512(codes + (size_t)kp * 64);
+                for (int j = 0; j < 4; j++) low[kp][j] = v16_low_codes(words, 4 * j);
+                continue;
+            }
+            for (int h = 0; h < 2; h++) {
+                const v16i words = v16_loadu_si512(codes + (size_t)kp * 128 + 64 * h);
+                for (int j = 0; j < 2; j++) {
+                    low[kp][2 * h + j] = v16_low_codes(words, 4 * j);
+                    high[kp][2 * h + j] = v16_high_codes(words, 4 * j);
+                }
+            }
+        }
+        const uint16_t *scales = (const uint16_t *)(codes + 16 * code_bytes(format));
+        v16f d[4], minimum[4];
+        for (int j = 0; j < 4; j++) {
+            d[j] = v16_mul_ps(v16_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + 16 * j))),
+                              v16_set1_ps(CODE_UNIT(format == FORMAT_Q4_1 ? 4 * j : 4 * (j % 2))));
+            if (format == FORMAT_Q4_1) minimum[j] = v16_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + PANEL + 16 * j)));
+        }
+        for (int m = 0; m < M; m++) {
+            v16f acc[4];
+            for (int j = 0; j < 4; j++) acc[j] = v16_setzero_ps();
+            for (int kp = 0; kp < GROUP / 2; kp++) {
+                const v16bf xv = input_pair(x + (size_t)m * K, g * GROUP + 2 * kp);
+                for (int j = 0; j < 4; j++)
+                    acc[j] = format == FORMAT_Q4_1 ? v16_dpbf16_ps(acc[j], low[kp][j], xv)
+                                                   : v16_dpbf16_ps(v16_dpbf16_ps(acc[j], low[kp][j], xv), high[kp][j], xv);
+            }
+            for (int j = 0; j < 4; j++) {
+                total[m][j] = v16_fmadd_ps(acc[j], d[j], total[m][j]);
+                if (format == FORMAT_Q4_1)
+                    total[m][j] = v16_fmadd_ps(minimum[j], v16_set1_ps(sums[(size_t)m * groups + g]), total[m][j]);
+            }
+        }
+    }
+    store_rows(total, y, N, ncols, M);
+}
+
 /* sums: scratch of M * K / 32 floats */
 static void matmul_quant(const uint8_t *w, int format, const bf16 *x, float *sums, float *y, int M, int N, int K,
                          int threads) {
@@ -314,6 +368,17 @@ static void matmul_quant(const uint8_t *w, int format, const bf16 *x, float *sum
     for (int b = 0; b < panels; b++) {
         const int n = b * PANEL, ncols = N - n < PANEL ? N - n : PANEL;
         const uint8_t *panel = w + (size_t)b * panel_bytes;
+        if (UNPACK_CODES_ONCE && M > QUANT_TILE_ROWS) {
+            for (int m = 0; m < M; m += ROW_BLOCK) {
+                const int rows = MIN(M - m, ROW_BLOCK);
+                const bf16 *xm = x + (size_t)m * K;
+                const float *sm = sums + (size_t)m * (K / GROUP);
+                float *ym = y + (size_t)m * N + n;
+                if (format == FORMAT_Q4_1) quant_rows(panel, FORMAT_Q4_1, xm, sm, ym, K, N, ncols, rows);
+                else quant_rows(panel, FORMAT_Q8_0, xm, sm, ym, K, N, ncols, rows);
+            }
+            continue;
+        }
         for (int m = 0; m < M; m += QUANT_TILE_ROWS) {
             const bf16 *xm = x + (size_t)m * K;
             const float *sm = sums + (size_t)m * (K / GROUP);

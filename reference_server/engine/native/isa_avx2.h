@@ -15,6 +15,7 @@
 /* one activation row per register tile: its 8 accumulators (64 columns), the row's two widened
  * inputs and the weights being widened fill the 16 ymm registers */
 #define TILE_ROWS 1
+#define UNPACK_CODES_ONCE 1 /* codes are masked and converted: a block of rows shares them (quant_rows) */
 #define QUANT_TILE_ROWS 1
 
 typedef struct {

@@ -4,6 +4,7 @@
 
 #define ISA_NAME "avx512"
 #define TILE_ROWS 6  /* activation rows per bf16 register tile: 6 x 4 accumulators of 32 zmm */
+#define UNPACK_CODES_ONCE 0 /* a vpermw per 32 codes: register tiles of rows share it */
 #define QUANT_TILE_ROWS 3
 
 typedef __m512 v16f;
