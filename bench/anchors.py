@@ -77,7 +77,7 @@ from process_memory import tree_pss_mb
 
 from lmrpc.client import LmrpcClient
 from lmrpc.v1 import GenerateRequest, SamplingParams, StoppingCriteria, TokenIds
-from reference_server.engine.native.kernels import unavailable_reason
+from reference_server.engine.native.kernels import best_isa, unavailable_reason
 from reference_server.models.loader import load_config
 from reference_server.models.source import resolve_model
 from reference_server.models.tokenizer import TokenizerBundle, load_tokenizer
@@ -249,8 +249,10 @@ def lmrpc_weight_bytes(extra_args: list[str]) -> int:
 
 
 def native_kernels_or_why() -> str:
-    reason = unavailable_reason()
-    return "native (AVX512-BF16)" if reason is None else f"torch ({reason})"
+    """What ``--kernels auto`` runs here (a server's ``--kernels ISA`` forces another)."""
+    isa = best_isa()
+    reason = unavailable_reason(isa)
+    return f"native {isa} by default" if reason is None else f"torch ({reason})"
 
 
 # ── driver ──────────────────────────────────────────────────────────────────────────────────

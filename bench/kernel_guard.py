@@ -1,7 +1,7 @@
 """Does a change to the native kernels cost this host anything? Run it on every host kind you have.
 
-    python bench/kernel_guard.py [--base REF] [--weights dense,q4_1,int8] [--rounds 3]
-                                 [--tolerance 0.05] [--force] [--json out.json]
+    python bench/kernel_guard.py [--base REF] [--weights dense,q4_1,int8] [--kernels avx512,avx2]
+                                 [--rounds 3] [--tolerance 0.05] [--force] [--json out.json]
 
 A kernel tuned on one host can cost another a third of its step: weights requested 8 KB ahead won
 a fifth on an Intel Xeon and lost a third on AMD Zen 4, and nothing noticed, because each benchmark
@@ -11,14 +11,17 @@ on (``KERNEL_PATHS``) is timed against the tree it changes, on the host this run
 - the base is REF's tree (default: the merge base with ``main``; on ``main`` itself, ``HEAD``'s
   parent), exported with ``git archive``; the change is this working tree, uncommitted edits
   included. When no kernel file differs, nothing runs (``--force`` runs anyway);
-- per weight format, ``bench/decode_step.py --kernels native --threads 1 --trees BASE,CHANGE``:
-  alternating, a fresh process each, medians over ``--rounds``;
+- per instruction set of the kernels (default: each one this host runs, so an AVX-512 host guards
+  the avx2 build too) and weight format, ``bench/decode_step.py --kernels ISA --threads 1 --trees
+  BASE,CHANGE``: alternating, a fresh process each, medians over ``--rounds`` (a base that has no
+  such instruction set is not measured: its row says so);
 - each step time also as a fraction of this host's memory-bound limit at one thread (a one-stream
   step reads every weight once: ``bench/bandwidth.py``'s bandwidth over the bytes read per token).
 
 It prints the host (CPU model, family and model number, one core's read bandwidth) and one row per
-format, the rows of docs/performance.md's per-host table, and exits 1 when the change is slower
-than the base by more than ``--tolerance`` in any format (say so in the commit when you accept it).
+instruction set and format, the rows of docs/performance.md's per-host table, and exits 1 when the
+change is slower than the base by more than ``--tolerance`` in any of them (say so in the commit
+when you accept it).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from anchors import lmrpc_weight_bytes
 from bandwidth import read_bandwidth_gbps
 
 from reference_server.cpu import cpu_id
+from reference_server.engine.native.kernels import ISAS, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL_PATHS = (  # what a native decode step's speed depends on
@@ -54,6 +58,7 @@ FORMATS = ("dense", "q4_1", "int8")
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    kernels: str
     weights: str
     base_ms: float
     change_ms: float
@@ -96,17 +101,27 @@ def export_tree(ref: str, into: Path) -> Path:
     return tree
 
 
-def step_ms(base: Path, weights: str, rounds: int, into: Path) -> tuple[float, float]:
-    """Median native decode step in ms of (base, change) at one thread, side by side."""
-    report = into / f"{weights}.json"
-    subprocess.run(
-        [
-            sys.executable, str(ROOT / "bench" / "decode_step.py"), "--kernels", "native", "--threads", "1",
-            "--weights", weights, "--rounds", str(rounds), "--trees", f"{base},{ROOT}", "--json", str(report),
-        ],
-        cwd=ROOT, check=True,
-    )  # fmt: skip
-    trees = json.loads(report.read_text())["trees"]
+def step_ms(base: Path, kernels: str, weights: str, rounds: int, into: Path) -> tuple[float, float]:
+    """Median native decode step in ms of (base, change) at one thread, side by side; the base's is
+    nan when its tree has no such kernels."""
+    report = into / f"{kernels}-{weights}.json"
+
+    def measure(trees: list[Path]) -> dict[str, dict[str, float]]:
+        subprocess.run(
+            [
+                sys.executable, str(ROOT / "bench" / "decode_step.py"), "--kernels", kernels, "--threads", "1",
+                "--weights", weights, "--rounds", str(rounds), "--trees", ",".join(map(str, trees)),
+                "--json", str(report),
+            ],
+            cwd=ROOT, check=True,
+        )  # fmt: skip
+        return json.loads(report.read_text())["trees"]
+
+    try:
+        trees = measure([base, ROOT])
+    except subprocess.CalledProcessError:
+        print(f"the base has no {kernels} kernels: the change alone")
+        return float("nan"), measure([ROOT])[str(ROOT)]["step"]
     return trees[str(base)]["step"], trees[str(ROOT)]["step"]
 
 
@@ -121,6 +136,12 @@ def main() -> None:
     )
     parser.add_argument("--base", help="the tree the change is measured against (a git ref)")
     parser.add_argument("--weights", default=",".join(FORMATS), help=f"formats, of {', '.join(FORMATS)}")
+    here = [isa for isa in ISAS if unavailable_reason(isa) is None]
+    parser.add_argument(
+        "--kernels",
+        default=",".join(here),
+        help=f"instruction sets, of {', '.join(ISAS)} (default: this host's)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tolerance", type=float, default=0.05, help="slower than this fraction fails")
     parser.add_argument("--force", action="store_true", help="measure even when no kernel file changed")
@@ -130,6 +151,11 @@ def main() -> None:
     unknown = set(formats) - set(FORMATS)
     if unknown:
         parser.error(f"--weights: unknown format(s) {sorted(unknown)}; known: {', '.join(FORMATS)}")
+    isas = [isa for isa in args.kernels.split(",") if isa]
+    if not isas or set(isas) - set(ISAS):
+        parser.error(
+            f"--kernels: {args.kernels!r}, want instruction sets of {', '.join(ISAS)} this host runs"
+        )
     base = args.base or default_base()
     changed = kernel_files_changed(base)
     if not changed and not args.force:
@@ -141,19 +167,23 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="lmrpc-kernel-guard-") as scratch:
         tree = export_tree(base, Path(scratch))
-        for weights in formats:
-            before, after = step_ms(tree, weights, args.rounds, Path(scratch))
-            size = lmrpc_weight_bytes(["--weights", weights])
-            rows.append(
-                Row(weights, before, after, of_limit(before, size, gbps), of_limit(after, size, gbps))
-            )
+        for isa in isas:
+            for weights in formats:
+                before, after = step_ms(tree, isa, weights, args.rounds, Path(scratch))
+                size = lmrpc_weight_bytes(["--weights", weights])
+                rows.append(
+                    Row(
+                        isa, weights, before, after, of_limit(before, size, gbps), of_limit(after, size, gbps)
+                    )
+                )
     print(
-        f"\n| host | weights | base {base[:12]}, ms | change, ms | change / base | of the limit (base, change) |"
+        f"\n| host | kernels | weights | base {base[:12]}, ms | change, ms | change / base "
+        "| of the limit (base, change) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {cpu_id().name} | {r.weights} | {r.base_ms:.2f} | {r.change_ms:.2f} | {r.ratio:.3f} "
+            f"| {cpu_id().name} | {r.kernels} | {r.weights} | {r.base_ms:.2f} | {r.change_ms:.2f} | {r.ratio:.3f} "
             f"| {r.base_of_limit:.0%}, {r.change_of_limit:.0%} |"
         )
     if args.json:
@@ -161,7 +191,7 @@ def main() -> None:
         args.json.write_text(json.dumps({"host": host, "rows": [asdict(r) for r in rows]}, indent=2))
     slower = [r for r in rows if r.ratio > 1 + args.tolerance]
     if slower:
-        worst = ", ".join(f"{r.weights} {r.ratio:.2f}x" for r in slower)
+        worst = ", ".join(f"{r.kernels} {r.weights} {r.ratio:.2f}x" for r in slower)
         print(f"\nslower than {base[:12]} by more than {args.tolerance:.0%} on this host: {worst}")
         sys.exit(1)
 
