@@ -42,7 +42,7 @@ from anchors import lmrpc_weight_bytes
 from bandwidth import read_bandwidth_gbps
 
 from reference_server.cpu import cpu_id
-from reference_server.engine.native.kernels import ISAS, unavailable_reason
+from reference_server.engine.native.kernels import ISAS, best_isa, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL_PATHS = (  # what a native decode step's speed depends on
@@ -105,11 +105,13 @@ def step_ms(base: Path, kernels: str, weights: str, rounds: int, into: Path) -> 
     """Median native decode step in ms of (base, change) at one thread, side by side; the base's is
     nan when its tree has no such kernels."""
     report = into / f"{kernels}-{weights}.json"
+    # the best ISA is what "native" runs, in trees from before the ISAs had names too
+    option = "native" if kernels == best_isa() else kernels
 
     def measure(trees: list[Path]) -> dict[str, dict[str, float]]:
         subprocess.run(
             [
-                sys.executable, str(ROOT / "bench" / "decode_step.py"), "--kernels", kernels, "--threads", "1",
+                sys.executable, str(ROOT / "bench" / "decode_step.py"), "--kernels", option, "--threads", "1",
                 "--weights", weights, "--rounds", str(rounds), "--trees", ",".join(map(str, trees)),
                 "--json", str(report),
             ],

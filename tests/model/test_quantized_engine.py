@@ -1,7 +1,8 @@
 """The engine with quantized weights (``q4_1``: the Q4_1 GGUF's layer weights kept 4-bit, in torch's
 int4 kernel or the native one; ``int8``, native only) or an int8 KV cache (native only): the same
-batch invariance as the dense engine, and the model still answers. The int8 KV cache holds the
-codes of the very rows a dense cache holds."""
+batch invariance as the dense engine, and the model still answers; the native kernels' avx2 build
+too (forced on an AVX-512 host), dense included. The int8 KV cache holds the codes of the very
+rows a dense cache holds."""
 
 from __future__ import annotations
 
@@ -27,13 +28,16 @@ KERNELS_MISSING = unavailable_reason()
         ("q4_1", "dense", "native"),
         ("int8", "dense", "native"),
         ("dense", "int8", "native"),
+        ("q4_1", "dense", "avx2"),  # on an AVX-512 host too: the build AVX2-only hosts run
+        ("dense", "dense", "avx2"),
+        ("dense", "int8", "avx2"),
     ],
 )
 def test_quantized_engine_is_batch_invariant_and_answers(
     tokenizer: TokenizerBundle, weights: str, kv_cache: str, kernels: str
 ) -> None:
-    if kernels == "native" and KERNELS_MISSING is not None:
-        pytest.skip(f"no native kernels: {KERNELS_MISSING}")
+    if kernels != "torch" and (why := unavailable_reason(None if kernels == "native" else "avx2")) is not None:
+        pytest.skip(f"no {kernels} kernels: {why}")
     engine = ModelEngine(
         ModelEngineConfig(
             kv_tokens=4096,
@@ -54,6 +58,7 @@ def test_quantized_engine_is_batch_invariant_and_answers(
             and native.layer_format == {"dense": "bf16", "q4_1": "q4_1", "int8": "q8_0"}[weights]
         )
         assert isinstance(engine.model.layers[0].qkv_proj, Released)  # only the packed copies stay
+        assert kernels == "native" or native.isa == kernels
         # the embedded GGUF's own token embedding is Q8_0
         assert native.head_format == ("bf16" if weights == "dense" else "q8_0")
         assert engine.kv.pool.k[0].dtype == (torch.int8 if kv_cache == "int8" else torch.bfloat16)
