@@ -36,7 +36,10 @@ KERNELS_MISSING = unavailable_reason()
 def test_quantized_engine_is_batch_invariant_and_answers(
     tokenizer: TokenizerBundle, weights: str, kv_cache: str, kernels: str
 ) -> None:
-    if kernels != "torch" and (why := unavailable_reason(None if kernels == "native" else "avx2")) is not None:
+    if (
+        kernels != "torch"
+        and (why := unavailable_reason(None if kernels == "native" else "avx2")) is not None
+    ):
         pytest.skip(f"no {kernels} kernels: {why}")
     engine = ModelEngine(
         ModelEngineConfig(

@@ -1,6 +1,9 @@
 /* The forward pass of a Llama model over one engine step (prompt chunks and decode tokens of
- * many sequences) on x86-64 with AVX512-BF16: bf16 weights and KV cache, float32 residual
- * stream and accumulators, the same bf16 roundings between operations as the torch model.
+ * many sequences) on x86-64: bf16 weights and KV cache, float32 residual stream and
+ * accumulators, the same bf16 roundings between operations as the torch model. Built for
+ * AVX512-BF16 (isa_avx512.h) or, with ISA_AVX2, for AVX2 + FMA + F16C (isa_avx2.h): the
+ * vector operations are named v16_* (16 float32 lanes) and each header writes them with the
+ * same numbers.
  *
  * Token invariance: every output element is computed by one fixed sequence of instructions
  * that depends only on its own token (its reduction orders do not depend on how many tokens,

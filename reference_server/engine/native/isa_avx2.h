@@ -10,6 +10,8 @@
  *   vpdpwssd are.
  * Masks stay bit masks (__mmask16); an operation that takes one builds the lane masks it needs. */
 #include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
 
 #define ISA_NAME "avx2"
 /* one activation row per register tile: its 8 accumulators (64 columns), the row's two widened

@@ -1,6 +1,8 @@
 /* forward.c's vectors on AVX-512 (F, BW, VL, DQ, BF16, VNNI): 16 float32 lanes are one zmm
  * register, and each operation the kernels name is the instruction of the same name. */
 #include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
 
 #define ISA_NAME "avx512"
 #define TILE_ROWS 6  /* activation rows per bf16 register tile: 6 x 4 accumulators of 32 zmm */
