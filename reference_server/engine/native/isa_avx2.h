@@ -6,6 +6,7 @@
  *   the order vdpbf16ps sums them in (a product of two bf16 values is exact in float32);
  * - bf16 <-> float32 are shifts, with the instruction's rounding to nearest even;
  * - a 4-bit code is masked where it lies and converted: its value times a power of 2 (CODE_UNIT);
+ *   an 8-bit code is sign-extended and converted;
  * - the int8 KV cache's integer sums use 16-bit multiply-adds (vpmaddwd): exact, as vpdpbusd and
  *   vpdpwssd are.
  * Masks stay bit masks (__mmask16); an operation that takes one builds the lane masks it needs. */
@@ -17,8 +18,7 @@
 /* one activation row per register tile: its 8 accumulators (64 columns), the row's two widened
  * inputs and the weights being widened fill the 16 ymm registers */
 #define TILE_ROWS 1
-#define UNPACK_CODES_ONCE 1 /* codes are masked and converted: a block of rows shares them (quant_rows) */
-#define QUANT_TILE_ROWS 1
+#define QUANT_TILE_ROWS 1 /* more rows than one share the unpacked codes (quant_rows) */
 
 typedef struct {
     __m256 lo, hi;
@@ -282,19 +282,13 @@ AVX2_INLINE v16f v16_dpbf16_ps(v16f acc, v16bf a, v16bf b) {
                   _mm256_fmadd_ps(a.even_hi, b.even_hi, _mm256_fmadd_ps(a.odd_hi, b.odd_hi, acc.hi))};
 }
 
-/* each 16-bit word's nibble at `shift` as its code (0 .. 15), and its nibble at shift + 8 as q8_0's
- * high part 16 * (n - 8), both times 2^shift (CODE_UNIT undoes it): masked where they lie (element
- * 1's moved down a word first, a high nibble 4 bits down: 16 n) and converted, with no shift per
+/* each 16-bit word's nibble at `shift` as its code (0 .. 15) times 2^shift (CODE_UNIT undoes it):
+ * masked where it lies (element 1's moved down a word first) and converted, with no shift per
  * nibble */
 AVX2_INLINE void low_codes8(__m256i words, int shift, __m256 *even, __m256 *odd) {
     const __m256i mask = _mm256_set1_epi32(15 << shift);
     *even = _mm256_cvtepi32_ps(_mm256_and_si256(words, mask));
     *odd = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(words, 16), mask));
-}
-AVX2_INLINE void high_codes8(__m256i words, int shift, __m256 *even, __m256 *odd) {
-    const __m256i mask = _mm256_set1_epi32(15 << (shift + 4)), offset = _mm256_set1_epi32(128 << shift);
-    *even = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(words, 4), mask), offset));
-    *odd = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(words, 20), mask), offset));
 }
 AVX2_INLINE v16bf v16_low_codes(v16i words, int shift) {
     v16bf w;
@@ -302,10 +296,19 @@ AVX2_INLINE v16bf v16_low_codes(v16i words, int shift) {
     low_codes8(words.hi, shift, &w.even_hi, &w.odd_hi);
     return w;
 }
-AVX2_INLINE v16bf v16_high_codes(v16i words, int shift) {
+
+/* 16 int8 codes (8 lanes' pairs) as their values: each pair sign-extended as an int16, its element
+ * 1 the high byte, its element 0 the low one */
+AVX2_INLINE void q8_codes8(const uint8_t *codes, __m256 *even, __m256 *odd) {
+    const __m256i pairs = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)codes));
+    *even = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(pairs, 24), 24));
+    *odd = _mm256_cvtepi32_ps(_mm256_srai_epi32(pairs, 8));
+}
+/* 32 int8 codes, in dpbf16 operand order, as their values */
+AVX2_INLINE v16bf v16_q8_codes(const uint8_t *codes) {
     v16bf w;
-    high_codes8(words.lo, shift, &w.even_lo, &w.odd_lo);
-    high_codes8(words.hi, shift, &w.even_hi, &w.odd_hi);
+    q8_codes8(codes, &w.even_lo, &w.odd_lo);
+    q8_codes8(codes + 16, &w.even_hi, &w.odd_hi);
     return w;
 }
 #define CODE_UNIT(shift) (1.0f / (float)(1 << (shift)))

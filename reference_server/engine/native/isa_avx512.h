@@ -6,8 +6,7 @@
 
 #define ISA_NAME "avx512"
 #define TILE_ROWS 6  /* activation rows per bf16 register tile: 6 x 4 accumulators of 32 zmm */
-#define UNPACK_CODES_ONCE 0 /* a vpermw per 32 codes: register tiles of rows share it */
-#define QUANT_TILE_ROWS 3
+#define QUANT_TILE_ROWS 3 /* up to 3 rows, a register tile unpacks the codes it uses; more share them (quant_rows) */
 
 typedef __m512 v16f;
 typedef __m512i v16i;
@@ -92,24 +91,23 @@ static inline v16i v16_interleave_high(v16i a, v16i b) {
     return _mm512_permutex2var_epi16(a, index, b);
 }
 
-/* the bf16 bits of each nibble's value: its code 0 .. 15, and q8_0's high nibble 16 * (n - 8); twice,
- * as vpermw reads 5 index bits */
+/* the bf16 bits of each nibble's value, its code 0 .. 15; twice, as vpermw reads 5 index bits */
 static const uint16_t LOW_CODES[32] = {
     0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
     0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
 };
-static const uint16_t HIGH_CODES[32] = {
-    0xc300, 0xc2e0, 0xc2c0, 0xc2a0, 0xc280, 0xc240, 0xc200, 0xc180, 0x0000, 0x4180, 0x4200, 0x4240, 0x4280, 0x42a0, 0x42c0, 0x42e0,
-    0xc300, 0xc2e0, 0xc2c0, 0xc2a0, 0xc280, 0xc240, 0xc200, 0xc180, 0x0000, 0x4180, 0x4200, 0x4240, 0x4280, 0x42a0, 0x42c0, 0x42e0,
-};
 
-/* each 16-bit word's nibble at `shift` as its code (0 .. 15), and its nibble at shift + 8 as q8_0's
- * high part 16 * (n - 8), in dpbf16 operands: the values themselves (CODE_UNIT 1) */
+/* each 16-bit word's nibble at `shift` as its code (0 .. 15) in a dpbf16 operand: the values
+ * themselves (CODE_UNIT 1) */
 static inline v16bf v16_low_codes(v16i words, int shift) {
     return (v16bf)_mm512_permutexvar_epi16(_mm512_srli_epi16(words, shift), _mm512_loadu_si512(LOW_CODES));
 }
-static inline v16bf v16_high_codes(v16i words, int shift) {
-    return (v16bf)_mm512_permutexvar_epi16(_mm512_srli_epi16(words, shift + 8), _mm512_loadu_si512(HIGH_CODES));
+
+/* 32 int8 codes, in dpbf16 operand order, as their values: an int8 is exact in bf16 */
+static inline v16bf v16_q8_codes(const uint8_t *codes) {
+    const __m512 first = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)codes)));
+    const __m512 second = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(codes + 16))));
+    return _mm512_cvtne2ps_pbh(second, first); /* elements 0 .. 15 from first, 16 .. 31 from second */
 }
 #define CODE_UNIT(shift) 1.0f
 
