@@ -47,11 +47,13 @@ def native_matmul(
 @EACH_ISA
 def test_matmul_rows_do_not_change_with_the_batch_or_the_threads(isa: Isa) -> None:
     generator = torch.Generator().manual_seed(7)
-    # 200 outputs: three full panels and a partial one; 13 rows: two full register tiles of avx512 and one
+    # 200 outputs: three full panels and a partial one; 45 rows: 7 full register tiles of avx512 and
+    # one of 3, or avx2's blocks of 32 and 13 rows sharing widened weights; 48 k pairs: a span of 32
+    # widened at a time and one of 16
     weight = torch.randn((200, 96), generator=generator).bfloat16()
-    x = torch.randn((13, 96), generator=generator).bfloat16()
+    x = torch.randn((45, 96), generator=generator).bfloat16()
     together = native_matmul(weight, x, isa)
-    alone = torch.cat([native_matmul(weight, x[i : i + 1].contiguous(), isa) for i in range(13)])
+    alone = torch.cat([native_matmul(weight, x[i : i + 1].contiguous(), isa) for i in range(45)])
     assert torch.equal(together, alone)
     assert torch.equal(together, native_matmul(weight, x, isa, threads=2))
     exact = x.double() @ weight.double().T
@@ -85,14 +87,15 @@ def test_quantized_matmul_is_the_dequantized_weights_in_float64(format: BlockFor
     """The codes become bf16 in registers and each group's sum is scaled once: no weight is
     rounded, so the products are those of GGUF's own dequantized values, to float32 sums."""
     generator = torch.Generator().manual_seed(11)
-    # 200 outputs: three full panels and a partial one; 7 rows: two full register tiles and one
+    # 200 outputs: three full panels and a partial one; 37 rows: blocks of 32 and 5 sharing unpacked
+    # codes (quant_rows), against each row alone in a register tile (quant_tile)
     weight = quantize(torch.randn((200, 96), generator=generator) * 0.05, format)
     if format == "q8_0":  # the ends of the int8 range, which quantize() never writes, in every vector
         blocks = weight.blocks.reshape(200, 3, 34)
         blocks[::5, :, 2::7], blocks[2::5, :, 5::9] = 0x80, 0x7F
-    x = torch.randn((7, 96), generator=generator).bfloat16()
+    x = torch.randn((37, 96), generator=generator).bfloat16()
     together = quantized_matmul(weight, x, isa)
-    alone = torch.cat([quantized_matmul(weight, x[i : i + 1].contiguous(), isa) for i in range(7)])
+    alone = torch.cat([quantized_matmul(weight, x[i : i + 1].contiguous(), isa) for i in range(37)])
     assert torch.equal(together, alone)
     assert torch.equal(together, quantized_matmul(weight, x, isa, threads=2))
     values = weight.dequantized().double()

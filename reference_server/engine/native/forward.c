@@ -83,6 +83,7 @@ static void add_rounded(float *x, const float *y, size_t n) {
  * Each output lane sums its k pairs in order, whatever the row tile or thread. */
 
 #define PANEL 64  /* output columns per panel: 4 vectors of 16 */
+#define ROW_BLOCK 32 /* rows that share operands unpacked once (dense_rows, quant_rows) */
 /* a register tile of n rows, for n up to the ISA's TILE_ROWS (constant: one copy of the code each) */
 #define TILE(n) ((n) < TILE_ROWS ? (n) : TILE_ROWS)
 #define QUANT_TILE(n) ((n) < QUANT_TILE_ROWS ? (n) : QUANT_TILE_ROWS)
@@ -136,6 +137,41 @@ static inline __attribute__((always_inline)) void tile(
     store_rows(acc, y, N, ncols, M);
 }
 
+/* The same sums for more rows than a register tile holds where a dpbf16 operand is widened in
+ * registers (AVX2: an operation per weight vector, on the ports the FMAs use): each span of a
+ * panel's k pairs is widened once into L1 (16 KB) for a block of rows, which then read it one row
+ * at a time, each row's sums kept in memory between spans. Every output's operations are tile's,
+ * in its order: the same numbers. */
+#define DENSE_SPAN 32 /* k pairs widened at a time */
+static inline __attribute__((always_inline)) void dense_rows(
+    const bf16 *panel, const bf16 *x, float *y, int K, int N, int ncols, int M) {
+    v16bf w[DENSE_SPAN][4];
+    v16f total[ROW_BLOCK][4];
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < 4; j++) total[m][j] = v16_setzero_ps();
+    for (int start = 0; start < K / 2; start += DENSE_SPAN) {
+        const int pairs = MIN(K / 2 - start, DENSE_SPAN);
+        for (int kp = 0; kp < pairs; kp++) {
+            const bf16 *wp = panel + (size_t)(start + kp) * 2 * PANEL;
+            if (PREFETCH_BF16 > 0) {
+                _mm_prefetch((const char *)wp + PREFETCH_BF16, _MM_HINT_T0);
+                _mm_prefetch((const char *)wp + PREFETCH_BF16 + 64, _MM_HINT_T0);
+            }
+            for (int j = 0; j < 4; j++) w[kp][j] = v16_bf16(v16_loadu_si512(wp + 32 * j));
+        }
+        for (int m = 0; m < M; m++) {
+            v16f acc[4];
+            for (int j = 0; j < 4; j++) acc[j] = total[m][j];
+            for (int kp = 0; kp < pairs; kp++) {
+                const v16bf xv = input_pair(x + (size_t)m * K, 2 * (start + kp));
+                for (int j = 0; j < 4; j++) acc[j] = v16_dpbf16_ps(acc[j], w[kp][j], xv);
+            }
+            for (int j = 0; j < 4; j++) total[m][j] = acc[j];
+        }
+    }
+    store_rows(total, y, N, ncols, M);
+}
+
 /* Panels are handed out one at a time (schedule(dynamic)): a thread whose core another process
  * took does not hold the step back by a fixed share of the panels. A panel's numbers do not depend
  * on the thread that computes it. */
@@ -145,6 +181,11 @@ static void matmul(const bf16 *w, const bf16 *x, float *y, int M, int N, int K, 
     for (int b = 0; b < panels; b++) {
         int n = b * PANEL, ncols = N - n < PANEL ? N - n : PANEL;
         const bf16 *panel = w + (size_t)n * K;
+        if (WIDENED_BF16 && M > TILE_ROWS) {
+            for (int m = 0; m < M; m += ROW_BLOCK)
+                dense_rows(panel, x + (size_t)m * K, y + (size_t)m * N + n, K, N, ncols, MIN(M - m, ROW_BLOCK));
+            continue;
+        }
         for (int m = 0; m < M; m += TILE_ROWS) {
             const bf16 *xm = x + (size_t)m * K;
             float *ym = y + (size_t)m * N + n;
@@ -302,7 +343,6 @@ static inline __attribute__((always_inline)) void quant_tile(
  * which then read it one row at a time, so unpacking costs nothing per row (at 32 rows, 13 % less
  * time for q4_1 than tiles of 3 rows on AVX-512, 27 % less for q8_0). Every output's operations
  * are quant_tile's, in its order: the same numbers. */
-#define ROW_BLOCK 32
 static inline __attribute__((always_inline)) void quant_rows(
     const uint8_t *panel, const int format, const bf16 *x, const float *sums, float *y, int K, int N, int ncols, int M) {
     const int groups = K / GROUP;

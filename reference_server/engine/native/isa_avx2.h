@@ -19,6 +19,7 @@
  * inputs and the weights being widened fill the 16 ymm registers */
 #define TILE_ROWS 1
 #define QUANT_TILE_ROWS 1 /* more rows than one share the unpacked codes (quant_rows) */
+#define WIDENED_BF16 1 /* a bf16 operand is widened: more rows than one share it (dense_rows) */
 
 typedef struct {
     __m256 lo, hi;

@@ -6,6 +6,7 @@
 
 #define ISA_NAME "avx512"
 #define TILE_ROWS 6  /* activation rows per bf16 register tile: 6 x 4 accumulators of 32 zmm */
+#define WIDENED_BF16 0 /* vdpbf16ps reads bf16 itself: register tiles of rows share a load */
 #define QUANT_TILE_ROWS 3 /* up to 3 rows, a register tile unpacks the codes it uses; more share them (quant_rows) */
 
 typedef __m512 v16f;
