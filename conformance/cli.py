@@ -20,8 +20,8 @@ import sys
 from collections.abc import Sequence
 
 from conformance.report.model import EXIT_USAGE
+from conformance.report.output import FORMATS
 from conformance.spec.protocols import PROTOCOLS
-from conformance.vocabulary import HARNESS_VERSION
 
 
 def _positive_float(text: str) -> float:
@@ -216,6 +216,19 @@ def _connection_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: what a baseline pins, built only when asked (it loads the case library)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from conformance.commands import version_text
+
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="conformance",
@@ -223,7 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
-    parser.add_argument("--version", action="version", version=f"lmrpc conformance {HARNESS_VERSION}")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="the harness release, contract revision and protocol profiles",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="check a running server (never spawns one)")
@@ -255,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         default="conformance-repro",
         help="write one repro script per failure here (default: ./conformance-repro)",
+    )
+    run.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        help="console output: table (progress bar, tables, panels: a terminal), lines (one line per case, "
+        "then each failure: a CI log), github (lines, ::error annotations and the job summary); auto: "
+        "github under GITHUB_ACTIONS=true, lines when CI is set or standard output is no terminal, else table",
     )
     run.add_argument("--verbose", "-v", action="store_true", help="show every case and print repro scripts")
     run.add_argument("--quiet", "-q", action="store_true", help="print only failures and the summary line")

@@ -30,8 +30,8 @@ from conformance.harness.refusals import learn_refusals
 from conformance.harness.runner import Progress, run_all
 from conformance.harness.session import Budgets, ServerAccess, Session, Tuning
 from conformance.harness.target import Credentials, TlsOptions
+from conformance.report import output
 from conformance.report.baseline import Baseline, BaselineError
-from conformance.report.console import progress_bar, render
 from conformance.report.coverage import list_coverage
 from conformance.report.files import write_json, write_junit
 from conformance.report.implementations import SCHEMA, Naming, load_reports, matrix, report_of, write_report
@@ -40,7 +40,8 @@ from conformance.search.property import CI_PROFILE, EXPLORE_PROFILE
 from conformance.spec.clauses import CLAUSES
 from conformance.spec.profiles import PROFILES
 from conformance.spec.registry import Case, expand_patterns, select
-from conformance.vocabulary import CaseResult, Verdict
+from conformance.vocabulary import HARNESS_VERSION, CaseResult, Verdict
+from lmrpc import CONTRACT_REVISION
 
 
 class UsageError(Exception):
@@ -71,6 +72,20 @@ def _profile(args: argparse.Namespace) -> tuple[str, int | None]:
     if name == "ci":
         return CI_PROFILE, None
     return EXPLORE_PROFILE, args.seed if args.seed is not None else random.randrange(2**32)
+
+
+def version_text() -> str:
+    """``conformance --version``: the harness release, the contract revision it checks, and each
+    protocol's profile revision and case count, as a baseline would pin them."""
+    registry = all_cases()
+    lines = [f"lmrpc conformance {HARNESS_VERSION}", f"contract revision {CONTRACT_REVISION}", "protocols:"]
+    for protocol, profile in PROFILES.items():
+        cases = select(registry, protocol=protocol, level="all", run=[], skip=[])
+        applying = [c for c in cases if profile.case(c).applies]
+        lines.append(
+            f"  {protocol:<17} profile r{profile.revision}, {len(applying)} cases ({len(cases) - len(applying)} n/a)"
+        )
+    return "\n".join(lines)
 
 
 def list_cases(args: argparse.Namespace) -> int:
@@ -386,33 +401,39 @@ async def run(args: argparse.Namespace) -> int:
             "otlp_listen": args.otlp_listen,
         },
     )
-    console = Console(highlight=False)
-    bar, on_start, on_result = progress_bar(console, len(cases))
-    progress = Progress(on_start, on_result)
+    if baseline is not None and (warning := baseline.version_warning()):
+        report.warnings.append(warning)
+    out = output.writer(
+        args.format,
+        verbose=args.verbose,
+        quiet=args.quiet,
+        classify=(lambda r: baseline.marked(r, registry)) if baseline else (lambda r: r),
+    )
+    out.begin([c.id for c in cases])
+    progress = Progress(out.on_start, out.on_result)
     started = time.monotonic()
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGTERM, lambda: task.cancel() if task else None)
     try:
-        with bar if not args.quiet else contextlib.nullcontext():
-            await execute(
-                endpoint,
-                cases,
-                protocol=args.protocol,
-                promises=promises,
-                budgets=budgets,
-                tuning=tuning,
-                profile=profile,
-                seed=seed,
-                jobs=args.jobs,
-                progress=progress,
-                report=report,
-                http=_http(args, budgets, promises),
-                wait_s=args.wait,
-                access=_access(args),
-                say=lambda line: console.print(escape(line), highlight=False) if not args.quiet else None,
-            )
+        await execute(
+            endpoint,
+            cases,
+            protocol=args.protocol,
+            promises=promises,
+            budgets=budgets,
+            tuning=tuning,
+            profile=profile,
+            seed=seed,
+            jobs=args.jobs,
+            progress=progress,
+            report=report,
+            http=_http(args, budgets, promises),
+            wait_s=args.wait,
+            access=_access(args),
+            say=out.say,
+        )
     except asyncio.CancelledError:
         report.aborted = report.aborted or "interrupted"
     finally:
@@ -422,7 +443,7 @@ async def run(args: argparse.Namespace) -> int:
         if baseline is not None:
             report.stale = baseline.apply(report.results, registry)
         if args.write_baseline:
-            _write_baseline(baseline or Baseline(), report, registry, args.write_baseline, console)
+            _write_baseline(baseline or Baseline(), report, registry, args.write_baseline, out.say)
         _write_repros(report.results, args.repro_dir)
         if args.json:
             write_json(report, args.json)
@@ -431,7 +452,7 @@ async def run(args: argparse.Namespace) -> int:
         if args.report:
             naming = Naming(args.implementation, args.implementation_version)
             write_report(args.report, report_of(report, naming, baseline, report.settings))
-    render(console, report, verbose=args.verbose, quiet=args.quiet)
+    out.end(report)
     return exit_code(report)
 
 
@@ -451,16 +472,16 @@ def render_matrix(args: argparse.Namespace) -> int:
 
 
 def _write_baseline(
-    baseline: Baseline, report: RunReport, registry: Sequence[Case], path: str, console: Console
+    baseline: Baseline, report: RunReport, registry: Sequence[Case], path: str, say: Callable[[str], None]
 ) -> None:
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
     updated = baseline.updated(report.results, registry, today)
     try:
         updated.write(path)
     except OSError as exc:
-        console.print(f"[red]cannot write the baseline {escape(path)}: {escape(str(exc))}")
+        report.warnings.append(f"cannot write the baseline {path}: {exc}")
         return
-    console.print(f"wrote {len(updated.entries)} known failure(s) to {escape(path)}")
+    say(f"wrote {len(updated.entries)} known failure(s) to {path}")
 
 
 async def replay(args: argparse.Namespace) -> int:

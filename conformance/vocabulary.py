@@ -14,9 +14,10 @@ from typing import Any
 
 import betterproto2
 
+from lmrpc import __version__
 from lmrpc.v1 import Capabilities, EmbeddingModelInfo, ModelInfo, ServerInfo
 
-HARNESS_VERSION = "0.1.0"
+HARNESS_VERSION = __version__  # a baseline records it; CHANGELOG.md lists the cases each adds or changes
 GREEDY_N = "greedy n>1"  # several outputs at temperature 0 (TargetInfo.refusals)
 REPORT_SCHEMA = "lmrpc-conformance/1"
 

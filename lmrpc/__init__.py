@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__version__ = "0.1.0"
+#: The release of the SDK, the reference server and the harness (CHANGELOG.md says what changes it).
+__version__ = "0.2.0"
 
 #: Revision of docs/contract.md that this package implements and checks.
 CONTRACT_REVISION = 5

@@ -16,6 +16,9 @@ one finding takes: streamed or not, chat or completions), unless it is marked in
 finding of sampled output or timing that some runs do not meet). Remove
 stale entries: a baseline only ever shrinks.
 
+A baseline records the harness release that wrote it (``harness_version = "0.2.0"``, before the
+entries); a run by another release warns, since cases may have been added or changed since.
+
 ``conformance run --write-baseline FILE`` writes the baseline a run calls for: the findings still
 seen kept with their reasons, gone ones dropped, and one entry per new finding whose reason says
 what failed, to be replaced by why.
@@ -23,6 +26,7 @@ what failed, to be replaced by why.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from collections.abc import Sequence
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.spec.registry import Case, matches
-from conformance.vocabulary import CaseResult, Verdict
+from conformance.vocabulary import HARNESS_VERSION, CaseResult, Verdict
 
 RAN = (Verdict.PASS, Verdict.FAIL, Verdict.XFAIL)
 
@@ -70,6 +74,17 @@ def _fingerprints(raw: object, where: str) -> tuple[str, ...]:
 class Baseline:
     entries: list[Entry] = field(default_factory=list)
     path: str = ""
+    harness_version: str = ""  # the harness that wrote it ("" where the file does not say)
+
+    def version_warning(self) -> str | None:
+        """What a run says when the baseline was written by another harness release: its cases may
+        have changed since (CHANGELOG.md lists them)."""
+        if not self.harness_version or self.harness_version == HARNESS_VERSION:
+            return None
+        return (
+            f"the baseline {self.path} was written with harness {self.harness_version}, this is "
+            f"{HARNESS_VERSION}: see CHANGELOG.md for the cases added or changed between them"
+        )
 
     @staticmethod
     def load(path: str) -> Baseline:
@@ -78,9 +93,14 @@ class Baseline:
                 data = tomllib.load(handle)
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise BaselineError(f"baseline={path!r}: {exc}") from exc
-        unknown = set(data) - {"known_failure"}
+        unknown = set(data) - {"known_failure", "harness_version"}
         if unknown:
-            raise BaselineError(f"baseline={path!r}: unknown keys {sorted(unknown)} (only [[known_failure]])")
+            raise BaselineError(
+                f"baseline={path!r}: unknown keys {sorted(unknown)} (only harness_version and [[known_failure]])"
+            )
+        version = data.get("harness_version", "")
+        if not isinstance(version, str):
+            raise BaselineError(f"baseline={path!r}: harness_version={version!r} must be a string")
         entries = []
         for i, raw in enumerate(data.get("known_failure", [])):
             case, reason = raw.get("case"), raw.get("reason")
@@ -97,7 +117,7 @@ class Baseline:
             if not isinstance(intermittent, bool):
                 raise BaselineError(f"{where}: intermittent={intermittent!r} must be true or false")
             entries.append(Entry(case, fingerprints, reason.strip(), str(raw.get("issue", "")), intermittent))
-        return Baseline(entries, path)
+        return Baseline(entries, path, version)
 
     def _entries_of(self, case_id: str, registry: Sequence[Case]) -> list[Entry]:
         case = next((c for c in registry if c.id == case_id), None)
@@ -107,19 +127,28 @@ class Baseline:
         """Mark known failures XFAIL in place (every finding of the case named by an entry); return one
         line per stale entry."""
         for result in results:
-            if result.verdict is not Verdict.FAIL:
-                continue
-            entries = self._entries_of(result.case_id, registry)
-            if not entries:
-                continue
-            new = [f for f in result.findings() if not any(e.covers(f) for e in entries)]
-            if new:
-                result.reason = f"not in the baseline: {'; '.join(new)} ({result.reason})"
-                continue
-            covering = [e for e in entries if any(e.covers(f) for f in result.findings())]
-            result.verdict = Verdict.XFAIL
-            result.baseline_reason = " / ".join(dict.fromkeys(e.reason for e in covering))
+            self._mark(result, registry)
         return self._stale(results, registry)
+
+    def marked(self, result: CaseResult, registry: Sequence[Case]) -> CaseResult:
+        """A copy of ``result`` as ``apply`` will leave it: what a log shows as the case ends."""
+        copy = dataclasses.replace(result)
+        self._mark(copy, registry)
+        return copy
+
+    def _mark(self, result: CaseResult, registry: Sequence[Case]) -> None:
+        if result.verdict is not Verdict.FAIL:
+            return
+        entries = self._entries_of(result.case_id, registry)
+        if not entries:
+            return
+        new = [f for f in result.findings() if not any(e.covers(f) for e in entries)]
+        if new:
+            result.reason = f"not in the baseline: {'; '.join(new)} ({result.reason})"
+            return
+        covering = [e for e in entries if any(e.covers(f) for f in result.findings())]
+        result.verdict = Verdict.XFAIL
+        result.baseline_reason = " / ".join(dict.fromkeys(e.reason for e in covering))
 
     def _stale(self, results: Sequence[CaseResult], registry: Sequence[Case]) -> list[str]:
         by_id = {r.case_id: r for r in results}
@@ -171,7 +200,7 @@ class Baseline:
             Entry(case, tuple(fps), reason, issue, intermittent)
             for (case, reason, issue, intermittent), fps in kept.items()
         ]
-        return Baseline(entries, self.path)
+        return Baseline(entries, self.path, HARNESS_VERSION)
 
     def to_toml(self) -> str:
         lines = [
@@ -179,6 +208,8 @@ class Baseline:
             "# Every entry needs a reason and the fingerprints of the findings it excuses; an entry",
             "# whose findings are gone fails the run until removed.",
         ]
+        if self.harness_version:
+            lines += ["", f"harness_version = {_toml_string(self.harness_version)}"]
         for entry in self.entries:
             lines += ["", "[[known_failure]]", f"case = {_toml_string(entry.case)}"]
             if len(entry.fingerprints) == 1:

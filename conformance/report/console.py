@@ -4,7 +4,7 @@ failure with its clause, want/got lines and repro, then the badge line."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,9 +13,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.syntax import Syntax
 from rich.table import Table
 
+from conformance.report.lines import failure_block
 from conformance.report.model import RunReport, badge
 from conformance.spec.clauses import CLAUSES
-from conformance.spec.profiles import clause_text
 from conformance.spec.registry import Case
 from conformance.vocabulary import CaseResult, Verdict
 
@@ -27,9 +27,6 @@ STYLE = {
     Verdict.XFAIL: "magenta",
     Verdict.ERROR: "bold red",
 }
-
-
-MISMATCHES_SHOWN = 12  # per failure on the console; the JSON report has all
 
 
 def progress_bar(
@@ -88,6 +85,8 @@ def render(console: Console, report: RunReport, *, verbose: bool = False, quiet:
             _failure(console, r, verbose, report.protocol)
     for line in report.stale:
         console.print(f"[bold magenta]STALE BASELINE[/] {escape(line)}")
+    for line in report.warnings:
+        console.print(f"[yellow]warning:[/] {escape(line)}")
     if report.aborted:
         console.print(f"[bold red]run stopped early:[/] {escape(report.aborted)}")
     counts = report.counts()
@@ -99,31 +98,10 @@ def render(console: Console, report: RunReport, *, verbose: bool = False, quiet:
 
 
 def _failure(console: Console, r: CaseResult, verbose: bool, protocol: str) -> None:
-    clause = CLAUSES[r.clause]
-    body = [f"[bold]{clause.id}[/] ({r.level}) {escape(clause_text(protocol, clause.id))}", ""]
-    findings = r.findings()
-    if len(findings) > 1 or len(r.mismatches) > 1:
-        body += ["[bold]findings[/]", *(f"  {n} x {escape(fp)}" for fp, n in findings.items()), ""]
-    for m in r.mismatches[:MISMATCHES_SHOWN]:
-        subject = f"[dim]{escape(m.subject)}:[/] " if m.subject else ""
-        body.append(
-            f"{subject}[bold]{escape(m.what)}[/]\n  want: [green]{escape(m.want)}[/]\n  got:  [red]{escape(m.got)}[/]"
-        )
-    if len(r.mismatches) > MISMATCHES_SHOWN:
-        body.append(f"... and {len(r.mismatches) - MISMATCHES_SHOWN} more (every one is in the JSON report)")
-    if not r.mismatches:
-        body.append(escape(r.reason))
-    if r.repro and r.repro.example:
-        body += ["", "[bold]minimal repro[/]", escape(r.repro.example)]
-    if r.repro and r.repro.blob:
-        body.append(escape(r.repro.blob))
-    if r.notes and r.verdict is Verdict.ERROR:
-        body += ["", escape(r.notes[-1])]
-    if r.repro and r.repro.script_path:
-        body += ["", f"[bold]repro script[/]: python {escape(r.repro.script_path)} [host:port]"]
+    body = "\n".join(_styled(line) for line in failure_block(r, protocol))
     console.print(
         Panel(
-            "\n".join(body),
+            body,
             title=f"[{STYLE[r.verdict]}]{r.verdict.value} {escape(r.case_id)}",
             title_align="left",
             border_style="red",
@@ -131,3 +109,53 @@ def _failure(console: Console, r: CaseResult, verbose: bool, protocol: str) -> N
     )
     if verbose and r.repro and r.repro.script:
         console.print(Syntax(r.repro.script, "python", line_numbers=False, word_wrap=True))
+
+
+def _styled(line: str) -> str:
+    """A line of ``failure_block`` with the terminal's emphasis: headings bold, want green, got red."""
+    for prefix, style in (("    want: ", "green"), ("    got:  ", "red")):
+        if line.startswith(prefix):
+            return f"{prefix}[{style}]{escape(line[len(prefix) :])}[/]"
+    if line.startswith("- ") or line in ("findings:", "minimal repro:"):
+        return f"[bold]{escape(line)}[/]"
+    return escape(line)
+
+
+class TableWriter:
+    """``--format table``: a progress bar while cases run, then the tables and failure panels."""
+
+    def __init__(
+        self,
+        *,
+        verbose: bool = False,
+        quiet: bool = False,
+        classify: Callable[[CaseResult], CaseResult] = lambda result: result,
+        console: Console | None = None,
+    ) -> None:
+        self.verbose = verbose
+        self.quiet = quiet
+        self.classify = classify
+        self.console = console or Console(highlight=False)
+        self._bar: Progress | None = None
+        self._on_start: Callable[[Case], None] = lambda case: None
+        self._on_result: Callable[[CaseResult], None] = lambda result: None
+
+    def begin(self, case_ids: Sequence[str]) -> None:
+        if not self.quiet:
+            self._bar, self._on_start, self._on_result = progress_bar(self.console, len(case_ids))
+            self._bar.start()
+
+    def say(self, line: str) -> None:
+        if not self.quiet:
+            self.console.print(escape(line), highlight=False)
+
+    def on_start(self, case: Case) -> None:
+        self._on_start(case)
+
+    def on_result(self, result: CaseResult) -> None:
+        self._on_result(self.classify(result))
+
+    def end(self, report: RunReport) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+        render(self.console, report, verbose=self.verbose, quiet=self.quiet)

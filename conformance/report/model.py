@@ -25,6 +25,7 @@ class RunReport:
     stale: list[str] = field(default_factory=list)
     aborted: str = ""  # why the run stopped early (target down, interrupted), if it did
     protocol: str = "lmrpc"  # the wire protocol the run spoke (conformance.drivers)
+    warnings: list[str] = field(default_factory=list)  # what the run noticed that is no verdict
 
     def counts(self, level: str | None = None) -> Counter[Verdict]:
         return Counter(r.verdict for r in self.results if level is None or r.level == level)
@@ -48,6 +49,7 @@ class RunReport:
             },
             "stale_baseline": self.stale,
             "aborted": self.aborted,
+            "warnings": self.warnings,
             "cases": [r.to_json() for r in self.results],
         }
 

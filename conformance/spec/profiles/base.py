@@ -37,6 +37,9 @@ class Profile:
     clauses: Mapping[str, Reading]  # clause ID -> reading; a clause not listed applies as written
     cases: Mapping[str, Reading] = field(default_factory=dict)  # case ID -> reading, overriding its clause's
     otherwise: Reading = AS_WRITTEN  # the reading of a clause not listed
+    # Raised when a reading changes so that a server's verdicts may (CHANGELOG.md): a baseline
+    # written against one revision may need another look under the next.
+    revision: int = 1
 
     def clause(self, clause_id: str) -> Reading:
         clause = CLAUSES[clause_id]
