@@ -43,9 +43,13 @@ class ServerProcess:
         startup_timeout_s: float = 120.0,
         env: dict[str, str] | None = None,
         launcher: tuple[str, ...] = ("-m", "reference_server"),
+        python: str = sys.executable,
+        cwd: str | None = None,
     ) -> None:
         self.engine = engine
         self.launcher = launcher  # what runs the server: a module of the server, or a test's variant
+        self.python = python  # another environment's interpreter runs the server installed there
+        self.cwd = cwd
         self.args = args
         self.startup_timeout_s = startup_timeout_s
         self.env = env
@@ -77,12 +81,16 @@ class ServerProcess:
         ready_file = self._folder / "ready"
         ready_file.unlink(missing_ok=True)
         command = [
-            sys.executable, *self.launcher,
+            self.python, *self.launcher,
             "--engine", self.engine, "--port", "0", "--ready-file", str(ready_file), *self.args,
         ]  # fmt: skip
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(self.env or {})}
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(self.env or {})},
+                cwd=self.cwd,
             )
         deadline = time.monotonic() + self.startup_timeout_s
         while not ready_file.exists():

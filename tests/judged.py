@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness_cli import harness_command
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINES = ROOT / "docs" / "reports" / "baselines"
@@ -40,7 +41,7 @@ def run_conformance(target: str, protocol: str, out: Path, name: str, *extra: st
     report = out / f"{name}.json"
     done = subprocess.run(
         [
-            sys.executable, "-m", "conformance", "run", "--protocol", protocol, "--target", target,
+            *harness_command(), "run", "--protocol", protocol, "--target", target,
             "--json", str(report), "--repro-dir", str(out / f"{name}-repro"), "--quiet", *extra,
         ],
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"},

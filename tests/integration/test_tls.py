@@ -16,6 +16,7 @@ import pytest
 import trustme
 from grpclib import GRPCError, Status
 from grpclib.exceptions import StreamTerminatedError
+from harness_cli import harness_command
 
 from lmrpc.client import LmrpcClient, tls_context
 from lmrpc.v1 import GenerateRequest, PauseGenerationRequest, StoppingCriteria
@@ -78,7 +79,7 @@ def mtls_server(pki: Pki) -> Iterator[ServerProcess]:
 def conformance(target: str, tmp_path: Path, *tls_args: str) -> tuple[int, dict[str, object]]:
     report = tmp_path / "report.json"
     done = subprocess.run(
-        [sys.executable, "-m", "conformance", "run", "--target", target, "--level", "must",
+        [*harness_command(), "run", "--target", target, "--level", "must",
          "--json", str(report), "--quiet", *tls_args],
         cwd=ROOT, capture_output=True, text=True, timeout=240,
     )  # fmt: skip

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from harness_cli import harness_command
 
 from reference_server.testing import ServerProcess, free_port
 
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def harness(port: int, report: Path, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "conformance", "run", "--target", f"127.0.0.1:{port}", "--run", "SVC-1",
+        [*harness_command(), "run", "--target", f"127.0.0.1:{port}", "--run", "SVC-1",
          "--json", str(report), "--quiet", *extra],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

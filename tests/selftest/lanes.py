@@ -10,12 +10,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpclib import GRPCError
+from harness_cli import harness_command
 from zoo_process import start_zoo
 
 from conformance.spec.coverage import CLASSES
@@ -146,9 +146,7 @@ def run_harness(
     started = time.monotonic()
     done = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "conformance",
+            *harness_command(),
             "run",
             "--target",
             target,
