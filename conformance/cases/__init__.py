@@ -25,7 +25,7 @@ from conformance.cases import admin  # noqa: F401
 from conformance.cases import flow  # noqa: F401
 from conformance.cases import prompts  # noqa: F401
 from conformance.cases import stateful  # noqa: F401
-from conformance.cases import engines  # noqa: F401
+from conformance.cases import smg  # noqa: F401
 from conformance.cases import kv_events  # noqa: F401
 from conformance.cases import sglang_runtime  # noqa: F401
 from conformance.cases import sglang_runtime_embed  # noqa: F401

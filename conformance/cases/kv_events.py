@@ -13,7 +13,7 @@ from typing import Any
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
-from conformance.cases.engines import engine
+from conformance.cases.smg import smg_driver
 from conformance.harness.context import Ctx
 from conformance.harness.requests import request
 from conformance.spec.descriptors import message_class
@@ -42,7 +42,7 @@ class KvSubscription:
         self._task = asyncio.create_task(self._read(ctx, start))
 
     async def _read(self, ctx: Ctx, start: int) -> None:
-        path = f"/{engine(ctx).service}/SubscribeKvEvents"
+        path = f"/{smg_driver(ctx).service}/SubscribeKvEvents"
         channel = ctx.session.target.channel
         try:
             decode = message_class("smg.grpc.common.KvEventBatch").FromString

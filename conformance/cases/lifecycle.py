@@ -13,7 +13,7 @@ from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
 from conformance.cases._helpers import expect_rejected, first_delta
-from conformance.drivers.engine import EngineDriver
+from conformance.drivers.smg import SmgDriver
 from conformance.harness.context import Ctx
 from conformance.harness.hooks import run_hook
 from conformance.harness.requests import long_tokens, request
@@ -127,7 +127,7 @@ async def _serving(ctx: Ctx) -> tuple[bool, str]:
     grpc.health.v1 for the whole server (HEALTH-2)."""
     driver = ctx.session.target.driver
     channel = ctx.session.target.channel
-    if isinstance(driver, EngineDriver):
+    if isinstance(driver, SmgDriver):
         healthy, message = await driver.health(channel, ctx.budgets.rpc_s)
         return healthy, f"HealthCheck healthy={healthy} message={message!r}"
     reply = await HealthStub(channel).Check(HealthCheckRequest(service=""), timeout=ctx.budgets.rpc_s)

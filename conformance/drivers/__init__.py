@@ -6,22 +6,22 @@ semantics normalised into lmrpc.v1 events; ``sglang-runtime`` is SGLang's native
 
 from __future__ import annotations
 
-from conformance.drivers.base import PROTOCOLS, Discovered, Driver
-from conformance.drivers.engine import EngineDriver, Promises
+from conformance.drivers.base import PROTOCOLS, Discovered, Driver, Promises
 from conformance.drivers.lmrpc import LmrpcDriver
 from conformance.drivers.sglang_runtime import SglangRuntimeDriver
 from conformance.drivers.sglang_scheduler import SglangSchedulerDriver
+from conformance.drivers.smg import SmgDriver
 from conformance.drivers.vllm_engine import VllmEngineDriver
 
 __all__ = [
     "PROTOCOLS",
     "Discovered",
     "Driver",
-    "EngineDriver",
     "LmrpcDriver",
     "Promises",
     "SglangRuntimeDriver",
     "SglangSchedulerDriver",
+    "SmgDriver",
     "VllmEngineDriver",
     "make_driver",
 ]

@@ -16,18 +16,22 @@ Generate through ``ctx.open`` / ``ctx.generate``. A driver maps those onto one w
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import betterproto2
+from grpclib import Status
 from grpclib.client import Channel
 
 from conformance.spec.protocols import GRPC_PROTOCOLS
 from conformance.stream.record import Finding
 from conformance.stream.wire import Decoded
 from lmrpc.v1 import (
+    Choices,
     ControlServiceStub,
     EmbeddingModelInfo,
     GenerateRequest,
@@ -40,6 +44,31 @@ if TYPE_CHECKING:
     from betterproto2.grpclib.grpclib_client import MetadataLike
 
 PROTOCOLS = GRPC_PROTOCOLS  # the protocols a Driver speaks (openai has its own client: drivers/openai/)
+# What the harness asks of a protocol that states no limit of its own (every one but lmrpc.v1).
+MAX_OUTPUTS = 4  # the protocols put no limit on n: the harness asks for at most this many
+MAX_TOP_LOGPROBS = 5
+MAX_STOP_STRINGS = 4
+PROMISES = ("deterministic_greedy", "seeded_sampling", "prefix_cache")
+DEADLINE_STATUSES = (Status.DEADLINE_EXCEEDED, Status.CANCELLED)  # how a call's own deadline ends it
+
+
+@dataclass(frozen=True, slots=True)
+class Promises:
+    """What the server promises that its protocol cannot advertise (``--assume``): the
+    ``Capabilities`` flags whose cases compare exact tokens or cached prompts."""
+
+    deterministic_greedy: bool = False
+    seeded_sampling: bool = False
+    prefix_cache: bool = False
+
+    @staticmethod
+    def parse(names: list[str]) -> Promises:
+        unknown = sorted(set(names) - set(PROMISES))
+        if unknown:
+            raise ValueError(f"--assume {','.join(unknown)}: the choices are {', '.join(PROMISES)}")
+        return Promises(**{name: True for name in names})
+
+
 
 
 def json_object(text: str, where: str) -> dict[str, Any]:
@@ -106,3 +135,22 @@ class Driver(ABC):
 
     @abstractmethod
     async def discover(self, channel: Channel, timeout_s: float) -> Discovered: ...
+
+
+def constraint_of(request: GenerateRequest) -> tuple[str, Any] | None:
+    """The request's constraint as (kind, value), or None; ``choice`` gives the list of strings."""
+    if request.constraint is None:
+        return None
+    kind, value = betterproto2.which_one_of(request.constraint, "kind")
+    if isinstance(value, Choices):
+        return kind, list(value.choices)
+    return (kind, value) if kind else None
+
+
+JSON_OBJECT_SCHEMA = '{"type": "object"}'  # any JSON object, for protocols without a json_object kind
+_REGEX_SPECIAL = re.compile(r"[\\.^$|?*+()\[\]{}]")
+
+
+def choice_regex(choices: list[str]) -> str:
+    """A regular expression that matches exactly one of ``choices`` (for protocols without a choice kind)."""
+    return "(" + "|".join(_REGEX_SPECIAL.sub(r"\\\g<0>", c) for c in choices) + ")"

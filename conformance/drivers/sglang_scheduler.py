@@ -18,7 +18,8 @@ from typing import Any
 import betterproto2
 from grpclib.client import Channel
 
-from conformance.drivers.engine import JSON_OBJECT_SCHEMA, EngineDriver, choice_regex, constraint_of
+from conformance.drivers.base import JSON_OBJECT_SCHEMA, choice_regex, constraint_of
+from conformance.drivers.smg import SmgDriver
 from lmrpc._gen.sglang.grpc import scheduler as sglang
 from lmrpc.v1 import (
     AbortOutcome,
@@ -37,7 +38,7 @@ def _given(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
-class SglangSchedulerDriver(EngineDriver):
+class SglangSchedulerDriver(SmgDriver):
     protocol = "sglang-scheduler"
     instance_field = "GetServerInfoResponse.start_time"
     service = "sglang.grpc.scheduler.SglangScheduler"

@@ -17,7 +17,8 @@ from typing import Any
 import betterproto2
 from grpclib.client import Channel
 
-from conformance.drivers.engine import EngineDriver, constraint_of
+from conformance.drivers.base import constraint_of
+from conformance.drivers.smg import SmgDriver
 from lmrpc._gen.vllm.grpc import engine as vllm
 from lmrpc.v1 import (
     AbortOutcome,
@@ -31,7 +32,7 @@ from lmrpc.v1 import (
 INT31 = (1 << 31) - 1  # the seed is an int32: lmrpc's uint64 seeds are folded into its positive half
 
 
-class VllmEngineDriver(EngineDriver):
+class VllmEngineDriver(SmgDriver):
     protocol = "vllm-engine"
     service = "vllm.grpc.engine.VllmEngine"
     abort_outcomes = False

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from conformance.drivers.engine import Promises
+from conformance.drivers.base import Promises
 from conformance.drivers.openai.client import OpenAIClient, OpenAIEndpoint
 from conformance.drivers.openai.discover import (
     DiscoveryError,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from conformance.spec.profiles.base import Profile, na, reads
-from conformance.spec.profiles.engine import ENGINE, ENGINE_CASES
+from conformance.spec.profiles.smg import SMG, SMG_CASES
 
 SGLANG_SCHEDULER = Profile(
     "sglang-scheduler",
     "sglang.grpc.scheduler (smg)",
     {
-        **ENGINE,
+        **SMG,
         "CONSTRAIN-1": reads(
             "SamplingParams' constraint oneof: json_schema, regex and ebnf_grammar; a JSON object is sent as "
             'the schema {"type": "object"} and a choice as a regex of its strings; no text, so the driver '
@@ -63,7 +63,7 @@ SGLANG_SCHEDULER = Profile(
         ),
     },
     {
-        **ENGINE_CASES,
+        **SMG_CASES,
         "ABORT-1[duplicate-ids]": na("one id per call"),
         "SAMPLE-5[max_tokens=0]": na("max_new_tokens = 0 is a prefill-only request in SGLang"),
         "SAMPLE-5[top_logprobs-without-return_logprobs]": na(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from conformance.spec.profiles.base import Profile, na, reads
-from conformance.spec.profiles.engine import ENGINE, ENGINE_CASES
+from conformance.spec.profiles.smg import SMG, SMG_CASES
 
 VLLM_ENGINE = Profile(
     "vllm-engine",
     "vllm.grpc.engine (smg)",
     {
-        **ENGINE,
+        **SMG,
         "REQ-2": na("vLLM's responses carry no request id"),
         "SAMPLE-1": reads(
             "presence kept for temperature, max_tokens and seed; 0 reads as unset for top_p, top_k, min_p, the "
@@ -72,7 +72,7 @@ VLLM_ENGINE = Profile(
         ),
     },
     {
-        **ENGINE_CASES,
+        **SMG_CASES,
         "ABORT-1[prefix-id]": reads(
             "an Abort names ids exactly: one that only shares a prefix with a request in flight leaves it "
             "streaming (what the Abort did shows on the stream: it reports nothing per id)"

@@ -1,4 +1,4 @@
-"""What the drivers of smg's engine protocols share (``vllm.grpc.engine.VllmEngine``,
+"""smg's engine layer: what the drivers of its two engine protocols share (``vllm.grpc.engine.VllmEngine``,
 ``sglang.grpc.scheduler.SglangScheduler``): discovery, the text a case sends, stub adapters with
 lmrpc.v1's methods, and Generate through the normaliser.
 
@@ -16,10 +16,8 @@ comes from ``--assume`` (``Promises``).
 from __future__ import annotations
 
 import asyncio
-import re
 from abc import abstractmethod
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import betterproto2
@@ -29,7 +27,16 @@ from grpclib.const import Cardinality
 from tokenizers import Tokenizer
 
 from conformance.drivers.adapter import DriverInference, adapts, unsupported, unsupported_error
-from conformance.drivers.base import Discovered, Driver, json_object
+from conformance.drivers.base import (
+    DEADLINE_STATUSES,
+    MAX_OUTPUTS,
+    MAX_STOP_STRINGS,
+    MAX_TOP_LOGPROBS,
+    Discovered,
+    Driver,
+    Promises,
+    json_object,
+)
 from conformance.drivers.bundle import Bundle, BundleError
 from conformance.drivers.normalize import Normalizer
 from conformance.stream.record import Finding
@@ -41,7 +48,6 @@ from lmrpc.v1 import (
     AbortRequest,
     AbortResponse,
     Capabilities,
-    Choices,
     ControlServiceStub,
     EffectiveDefaults,
     FlushCacheRequest,
@@ -66,32 +72,8 @@ from lmrpc.v1 import (
 if TYPE_CHECKING:
     from betterproto2.grpclib.grpclib_client import MetadataLike
 
-MAX_OUTPUTS = 4  # the protocols put no limit on n: the harness asks for at most this many
-MAX_TOP_LOGPROBS = 5
-MAX_STOP_STRINGS = 4
-PROMISES = ("deterministic_greedy", "seeded_sampling", "prefix_cache")
-DEADLINE_STATUSES = (Status.DEADLINE_EXCEEDED, Status.CANCELLED)  # how a call's own deadline ends it
-
-
-@dataclass(frozen=True, slots=True)
-class Promises:
-    """What the server promises that its protocol cannot advertise (``--assume``): the
-    ``Capabilities`` flags whose cases compare exact tokens or cached prompts."""
-
-    deterministic_greedy: bool = False
-    seeded_sampling: bool = False
-    prefix_cache: bool = False
-
-    @staticmethod
-    def parse(names: list[str]) -> Promises:
-        unknown = sorted(set(names) - set(PROMISES))
-        if unknown:
-            raise ValueError(f"--assume {','.join(unknown)}: the choices are {', '.join(PROMISES)}")
-        return Promises(**{name: True for name in names})
-
-
 # The semantic defaults both engines document, for what default_sampling_params_json leaves out.
-ENGINE_DEFAULTS = {
+SMG_DEFAULTS = {
     "temperature": 1.0,
     "top_p": 1.0,
     "top_k": 0,
@@ -106,7 +88,7 @@ def defaults_from(json_text: str, max_context: int) -> EffectiveDefaults:
     """``default_sampling_params_json`` as lmrpc's EffectiveDefaults. The default max_tokens is
     the engine's own and not reported: the window stands in for it (an upper bound)."""
     given = json_object(json_text, "GetModelInfo.default_sampling_params_json")
-    values = {**ENGINE_DEFAULTS, **{k: v for k, v in given.items() if k in ENGINE_DEFAULTS}}
+    values = {**SMG_DEFAULTS, **{k: v for k, v in given.items() if k in SMG_DEFAULTS}}
     top_k = int(values["top_k"])
     return EffectiveDefaults(
         temperature=float(values["temperature"]),
@@ -122,7 +104,7 @@ def defaults_from(json_text: str, max_context: int) -> EffectiveDefaults:
     )
 
 
-class EngineDriver(Driver):
+class SmgDriver(Driver):
     cumulative: ClassVar[bool]  # chunk counts are the output's totals so far (SGLang), else per chunk
     echoes_request_id: ClassVar[bool]  # every response carries the request id
     seeds: ClassVar[bool]  # the protocol has a seed field
@@ -131,7 +113,8 @@ class EngineDriver(Driver):
     carries_text = False  # the gateway detokenizes
     names_constraint_fields = False
 
-    def __init__(self, promises: Promises = Promises()) -> None:
+    def __init__(self, promises: Promises | None = None) -> None:
+        promises = promises or Promises()
         if promises.seeded_sampling and not self.seeds:
             raise ValueError(f"--assume seeded_sampling: {self.protocol} has no seed field")
         self.promises = promises
@@ -346,16 +329,16 @@ class EngineDriver(Driver):
         return bool(reply.healthy), str(reply.message)
 
     def control(self, channel: Channel) -> ControlServiceStub:
-        return EngineControl(channel, self)
+        return SmgControl(channel, self)
 
     def inference(self, channel: Channel) -> InferenceServiceStub:
         return DriverInference(channel, self)
 
 
-class EngineControl(ControlServiceStub):
+class SmgControl(ControlServiceStub):
     """lmrpc.v1's ControlService, answered through an engine protocol's RPCs."""
 
-    def __init__(self, channel: Channel, driver: EngineDriver) -> None:
+    def __init__(self, channel: Channel, driver: SmgDriver) -> None:
         super().__init__(channel)
         self.driver = driver
         self.native = driver.stub(channel)
@@ -399,22 +382,3 @@ class EngineControl(ControlServiceStub):
     pause_generation = unsupported("PauseGeneration")
 
     resume_generation = unsupported("ResumeGeneration")
-
-
-def constraint_of(request: GenerateRequest) -> tuple[str, Any] | None:
-    """The request's constraint as (kind, value), or None; ``choice`` gives the list of strings."""
-    if request.constraint is None:
-        return None
-    kind, value = betterproto2.which_one_of(request.constraint, "kind")
-    if isinstance(value, Choices):
-        return kind, list(value.choices)
-    return (kind, value) if kind else None
-
-
-JSON_OBJECT_SCHEMA = '{"type": "object"}'  # any JSON object, for protocols without a json_object kind
-_REGEX_SPECIAL = re.compile(r"[\\.^$|?*+()\[\]{}]")
-
-
-def choice_regex(choices: list[str]) -> str:
-    """A regular expression that matches exactly one of ``choices`` (for protocols without a choice kind)."""
-    return "(" + "|".join(_REGEX_SPECIAL.sub(r"\\\g<0>", c) for c in choices) + ")"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from conformance.spec.profiles.base import NO_TEXT, NOT_DRIVEN_CAP_1, NOT_RUNTIME, Reading, na, reads
 
 # What both engine protocols share; each protocol's profile overrides some of it.
-ENGINE: dict[str, Reading] = {
+SMG: dict[str, Reading] = {
     "ERR-3": reads(
         "as written, each field under the protocol's name for it; but a refused constraint's message is the "
         "engine's grammar compiler's own (vLLM: 'Invalid JSON grammar specification'), which no engine protocol "
@@ -178,7 +178,7 @@ ENGINE: dict[str, Reading] = {
     **NOT_RUNTIME,
 }
 
-ENGINE_CASES: dict[str, Reading] = {
+SMG_CASES: dict[str, Reading] = {
     **NOT_DRIVEN_CAP_1,
     "REQ-1[empty-chat]": na("there is no chat input"),
     "REQ-2[server-assigned]": na("smg always sends a request id"),

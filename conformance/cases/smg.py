@@ -10,7 +10,7 @@ from grpclib import GRPCError, Status
 from grpclib.const import Cardinality
 
 from conformance.cases._helpers import abort, first_delta, ok, started
-from conformance.drivers.engine import EngineDriver
+from conformance.drivers.smg import SmgDriver
 from conformance.harness.context import Ctx
 from conformance.harness.load import load_counts
 from conformance.harness.requests import long_request, request
@@ -23,9 +23,9 @@ SAMPLE_TEXT = "Prices rose 12.5% in 2024 — naïve café 東京 🙂 <|im_end|>
 EOS_PROMPTS = ("Say hi.", "Once upon a time", "1, 2, 3,", "The capital of France is", "Hello")
 
 
-def engine(ctx: Ctx) -> EngineDriver:
+def smg_driver(ctx: Ctx) -> SmgDriver:
     driver = ctx.session.target.driver
-    if not isinstance(driver, EngineDriver):
+    if not isinstance(driver, SmgDriver):
         raise CaseSkipped(f"{driver.protocol} is not an engine protocol")
     return driver
 
@@ -34,7 +34,7 @@ def engine(ctx: Ctx) -> EngineDriver:
 async def tokenizer_bundle(ctx: Ctx) -> None:
     """GetTokenizer streams a zip whose SHA-256 (on the last chunk) matches its bytes, that smg can
     open, and whose tokenizer.json loads and encodes below GetModelInfo.vocab_size."""
-    driver = engine(ctx)
+    driver = smg_driver(ctx)
     bundle = await driver.bundle(ctx.session.target.channel, ctx.budgets.rpc_s)
     ctx.note(f"{len(bundle.chunks)} chunks, {len(bundle.data)} bytes, sha256 {bundle.sha256}")
     for problem in bundle.problems():
@@ -53,7 +53,7 @@ async def tokenizer_bundle(ctx: Ctx) -> None:
 async def eos_ids_end_outputs(ctx: Ctx) -> None:
     """GetModelInfo.eos_token_ids are the bundle's end-of-sequence ids and the tokens that end an
     output at EOS (without ignore_eos or stop conditions)."""
-    driver = engine(ctx)
+    driver = smg_driver(ctx)
     bundle = await driver.bundle(ctx.session.target.channel, ctx.budgets.rpc_s)
     ctx.check.equal(
         "end-of-sequence ids of the tokenizer bundle (generation_config.json / config.json)",
@@ -95,7 +95,7 @@ def _idle(load: Load) -> bool:
 async def loads_back_to_idle(ctx: Ctx) -> None:
     """GetLoads counts an open stream and is back to 0 on every count once the request was
     cancelled or aborted and nothing else is in flight."""
-    engine(ctx)
+    smg_driver(ctx)
     was_idle, before = await ctx.wait_for(ctx.load, _idle, ctx.budgets.release_s)
     ctx.check.that(was_idle, "GetLoads with nothing in flight", "every count 0", load_counts(before))
     stream = ctx.open(long_request(ctx, n=min(ctx.info.caps.max_outputs, 2)))
@@ -124,7 +124,7 @@ async def loads_back_to_idle(ctx: Ctx) -> None:
 async def health_check(ctx: Ctx) -> None:
     """HealthCheck answers OK with healthy=true while serving, and the HealthCheck of every engine
     protocol smg probes before this one answers a non-OK status on the same port."""
-    driver = engine(ctx)
+    driver = smg_driver(ctx)
     channel = ctx.session.target.channel
     try:
         started = time.monotonic()
@@ -154,7 +154,7 @@ async def health_check(ctx: Ctx) -> None:
 async def health_check_while_streaming(ctx: Ctx) -> None:
     """HealthCheck answers healthy while requests stream: a busy server still accepts requests (a
     worker that says unhealthy whenever it is busy is dropped by smg when it has the most to do)."""
-    driver = engine(ctx)
+    driver = smg_driver(ctx)
     streams = [ctx.open(long_request(ctx)) for _ in range(2)]
     try:
         await started(ctx, *streams)
