@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -44,6 +45,12 @@ def test_the_action_annotates_a_failing_case_and_writes_the_job_summary(
     try:
         inputs = {name: str(spec.get("default", "")) for name, spec in declared.items()}
         inputs |= {"target": f"127.0.0.1:{ports[MUTANT]}", "wait": "30", "args": "--run 'SVC-*' --jobs 2"}
+        checkout = tmp_path / "action"  # what a runner fetches for `uses:`: the tracked files only
+        tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+        for path in tracked.stdout.splitlines():
+            if (ROOT / path).is_symlink() or (ROOT / path).is_file():
+                (checkout / path).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / path, checkout / path, follow_symlinks=False)
         workspace, runner_temp = tmp_path / "workspace", tmp_path / "runner-temp"
         workspace.mkdir()
         runner_temp.mkdir()
@@ -55,7 +62,7 @@ def test_the_action_annotates_a_failing_case_and_writes_the_job_summary(
             "HOME": str(Path.home()),
             "GITHUB_ACTIONS": "true",
             "CI": "true",
-            "GITHUB_ACTION_PATH": str(ROOT),
+            "GITHUB_ACTION_PATH": str(checkout),
             "GITHUB_STEP_SUMMARY": str(summary),
             "GITHUB_OUTPUT": str(outputs),
             "RUNNER_TEMP": str(runner_temp),
