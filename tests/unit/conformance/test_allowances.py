@@ -404,7 +404,7 @@ def test_a_body_may_list_its_choices_in_any_order() -> None:
     assert judge(Answer.of(body(answer.request, raw)), list(CHECKS)) == []
 
 
-# ERR-1 (openai) and the prose of docs/conformance.md: "A combination of options a server refuses
+# ERR-1 (openai) and the prose of docs/protocols/openai.md: "A combination of options a server refuses
 # ... skips the comparison that needed it, never fails it"
 
 
