@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from conformance.report.model import EXIT_USAGE
 from conformance.report.output import FORMATS
-from conformance.spec.protocols import PROTOCOLS
+from conformance.spec.protocols import PROTOCOLS, cli_help
 
 
 def _positive_float(text: str) -> float:
@@ -66,10 +66,7 @@ def _protocol(parser: argparse.ArgumentParser, *, default: str) -> None:
         "--protocol",
         choices=("auto", *PROTOCOLS),
         default=default,
-        help="the wire protocol: lmrpc (lmrpc.v1), vllm-engine or sglang-scheduler (smg's engine "
-        "protocols), sglang-runtime (SGLang's native sglang.runtime.v1), openai (the OpenAI-compatible "
-        "HTTP API, on a URL target); auto: openai for a URL, else lmrpc.v1 first, then smg's probe "
-        "order (SGLang, vLLM), then SGLang's native service",
+        help=cli_help(),
     )
 
 

@@ -20,7 +20,7 @@ import pytest
 from conformance.cases import all_cases
 from conformance.harness.runner import run_case
 from conformance.harness.session import Budgets, Session, Tuning
-from conformance.harness.target import Endpoint, Target
+from conformance.harness.target import Endpoint, GrpcTarget
 from conformance.report.baseline import Baseline
 from conformance.report.model import failure_text
 from conformance.search.property import CI_PROFILE
@@ -50,7 +50,7 @@ class _Runner:
         level = config.getoption("--lmrpc-level")
         budgets = Budgets(scale=config.getoption("--lmrpc-time-scale"))
         endpoint = Endpoint.parse(config.getoption("--lmrpc-target"))
-        target = self.call(Target.connect(endpoint, budgets.connect_s))
+        target = self.call(GrpcTarget.connect(endpoint, budgets.connect_s))
         self.session = Session(target, budgets, Tuning.for_level(level), profile=CI_PROFILE)
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:

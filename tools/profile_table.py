@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 from conformance.cases import all_cases
-from conformance.spec.profiles import GRPC_PROFILES, OPENAI, Profile, markdown_table
+from conformance.spec.profiles import GRPC_PROFILES, PROFILES, Profile, markdown_table
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "conformance.md"
 TABLES = {
     ("<!-- profile-table:start -->", "<!-- profile-table:end -->"): GRPC_PROFILES,
-    ("<!-- openai-profile-table:start -->", "<!-- openai-profile-table:end -->"): (OPENAI,),
+    ("<!-- openai-profile-table:start -->", "<!-- openai-profile-table:end -->"): (PROFILES["openai"],),
 }
 
 

@@ -19,17 +19,18 @@ import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Protocol as TypingProtocol
 
 import betterproto2
-from grpclib import Status
+from grpclib import GRPCError, Status
 from grpclib.client import Channel
 
-from conformance.spec.protocols import GRPC_PROTOCOLS
 from conformance.stream.record import Finding
 from conformance.stream.wire import Decoded
+from conformance.vocabulary import TargetInfo
 from lmrpc.v1 import (
     Choices,
     ControlServiceStub,
@@ -43,7 +44,6 @@ from lmrpc.v1 import (
 if TYPE_CHECKING:
     from betterproto2.grpclib.grpclib_client import MetadataLike
 
-PROTOCOLS = GRPC_PROTOCOLS  # the protocols a Driver speaks (openai has its own client: drivers/openai/)
 # What the harness asks of a protocol that states no limit of its own (every one but lmrpc.v1).
 MAX_OUTPUTS = 4  # the protocols put no limit on n: the harness asks for at most this many
 MAX_TOP_LOGPROBS = 5
@@ -69,8 +69,6 @@ class Promises:
         return Promises(**{name: True for name in names})
 
 
-
-
 def json_object(text: str, where: str) -> dict[str, Any]:
     """A JSON object a server sends as text (empty text is ``{}``). Anything else is a ValueError
     naming ``where``: a server's malformed answer is never read as "nothing said"."""
@@ -84,6 +82,58 @@ def json_object(text: str, where: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class ConnectOptions:
+    """How a run reaches its target, whatever the wire: the budgets, and what only some protocols
+    read (promises where a protocol advertises nothing; the model and parallelism of an HTTP API)."""
+
+    connect_s: float = 10.0
+    call_s: float = 30.0
+    idle_s: float = 10.0
+    promises: Promises = field(default_factory=Promises)  # --assume
+    model: str | None = None  # --model; default: the first the server lists
+    parallel: int | None = None  # --parallel: what the server runs at once (None: it says, or it is measured)
+
+
+class Target(TypingProtocol):
+    """The server under test once connected, whatever its wire (a gRPC ``GrpcTarget`` in
+    harness/target.py, an HTTP ``HttpTarget`` in drivers/openai/): what the session, the runner,
+    the pace and the report ask of it. Nothing outside the targets asks which kind it is."""
+
+    info: TargetInfo
+
+    @property
+    def protocol(self) -> str:
+        """Its row's id (conformance.spec.protocols)."""
+
+    @property
+    def learns_refusals(self) -> bool:
+        """Options it refuses by design are learned before the cases (harness/refusals.py): a
+        protocol that advertises nothing, whose support was not learned another way."""
+
+    async def alive(self, budget_s: float) -> tuple[bool, str]:
+        """Whether it still serves, asked with a cheap call, never a generation; and what it said."""
+
+    def paced(self, parallel: int | None) -> None:
+        """What the pace measured it runs at once (None: fast enough that it was not measured)."""
+
+    def report_fields(self) -> tuple[dict[str, object], dict[str, object]]:
+        """What the report records of it beyond ServerInfo: (more of who it is, what was learned)."""
+
+    async def aclose(self) -> None: ...
+
+
+class Address(TypingProtocol):
+    """Where a target is, before the run reaches it: ``host:port`` (harness/target.py's
+    ``Endpoint``) or an HTTP API's URL (``OpenAIEndpoint``)."""
+
+    async def ready(self, connect_s: float) -> tuple[bool, str]:
+        """Whether it is ready to serve (``--wait``), and what it said."""
+
+    async def connect(self, protocol_id: str, options: ConnectOptions) -> tuple[Target, str]:
+        """The connected target of ``protocol_id`` (``auto``: detected), and what chose it."""
+
+
+@dataclass(frozen=True, slots=True)
 class Discovered:
     server: ServerInfo
     model: ModelInfo
@@ -93,7 +143,7 @@ class Discovered:
 
 
 class Driver(ABC):
-    protocol: ClassVar[str]  # one of PROTOCOLS
+    protocol: ClassVar[str]  # its row's id (conformance.spec.protocols)
     service: ClassVar[str]  # the fully qualified service the protocol's calls go to
     abort_outcomes: ClassVar[bool] = True  # Abort reports per-id outcomes (ABORTED / NOT_IN_FLIGHT)
     carries_text: ClassVar[bool] = True  # outputs' text is on the wire (else only their token ids)
@@ -135,6 +185,19 @@ class Driver(ABC):
 
     @abstractmethod
     async def discover(self, channel: Channel, timeout_s: float) -> Discovered: ...
+
+    async def answers(self, channel: Channel, timeout_s: float) -> bool:
+        """Whether the port serves this protocol (``--protocol auto``): the protocol's health
+        check answers OK, as smg probes a worker. Raises only what the transport raises."""
+        try:
+            await self.probe(channel, timeout_s)
+        except GRPCError:
+            return False
+        return True
+
+    @abstractmethod
+    async def probe(self, channel: Channel, timeout_s: float) -> None:
+        """The cheap call ``answers`` makes: raises GRPCError where the protocol is not served."""
 
 
 def constraint_of(request: GenerateRequest) -> tuple[str, Any] | None:

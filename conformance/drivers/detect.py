@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from grpclib import GRPCError, Status
+from grpclib import GRPCError
 from grpclib.client import Channel
 from grpclib.exceptions import ProtocolError, StreamTerminatedError
 from grpclib.reflection.v1 import reflection_grpc as refl_v1
@@ -28,19 +28,12 @@ from grpclib.reflection.v1alpha import reflection_grpc as refl_v1alpha
 from grpclib.reflection.v1alpha import reflection_pb2 as refl_v1alpha_pb2
 from h2.exceptions import H2Error
 
-from conformance.drivers.sglang_runtime import SglangRuntimeDriver
-from conformance.drivers.sglang_scheduler import SglangSchedulerDriver
-from conformance.drivers.vllm_engine import VllmEngineDriver
-from lmrpc._gen.sglang.runtime import v1 as rt
-from lmrpc.v1 import ControlServiceStub, GetServerInfoRequest
+from conformance.drivers import Driver, driver_class
+from conformance.spec.protocols import DETECTION_ORDER
 
-SERVICES = {
-    "lmrpc": "lmrpc.v1.ControlService",
-    "sglang-scheduler": SglangSchedulerDriver.service,
-    "vllm-engine": VllmEngineDriver.service,
-    "sglang-runtime": SglangRuntimeDriver.service,
-}
-ORDER = ("lmrpc", "sglang-scheduler", "vllm-engine", "sglang-runtime")
+# a driver of each protocol to probe with (no promise changes what a probe sends)
+PROBES: dict[str, Driver] = {p: driver_class(p)() for p in DETECTION_ORDER}
+SERVICES = {p: driver.service for p, driver in PROBES.items()}
 
 
 class DetectionError(Exception):
@@ -55,38 +48,28 @@ class Detection:
 
 async def detect(channel: Channel, timeout_s: float) -> Detection:
     listed = await reflected_services(channel, timeout_s)
-    known = [p for p in ORDER if listed is not None and SERVICES[p] in listed]
-    candidates = known or list(ORDER)
+    known = [p for p in DETECTION_ORDER if listed is not None and SERVICES[p] in listed]
+    candidates = known or list(DETECTION_ORDER)
     seen = (
         f"reflection lists {', '.join(sorted(listed)) or 'nothing'}"
         if listed is not None
         else "no reflection"
     )
     tried: list[str] = []
-    for protocol in candidates:
-        if await answers(channel, protocol, timeout_s):
+    for candidate in candidates:
+        if await answers(channel, candidate, timeout_s):
             return Detection(
-                protocol, f"{seen}; {SERVICES[protocol]} answers (probed {', '.join([*tried, protocol])})"
+                candidate, f"{seen}; {SERVICES[candidate]} answers (probed {', '.join([*tried, candidate])})"
             )
-        tried.append(protocol)
+        tried.append(candidate)
     raise DetectionError(f"no protocol the harness drives answers ({seen}; probed {', '.join(tried)})")
 
 
-async def answers(channel: Channel, protocol: str, timeout_s: float) -> bool:
+async def answers(channel: Channel, protocol_id: str, timeout_s: float) -> bool:
     try:
-        if protocol == "lmrpc":
-            await ControlServiceStub(channel).get_server_info(GetServerInfoRequest(), timeout=timeout_s)
-        elif protocol == "sglang-runtime":
-            runtime = SglangRuntimeDriver().stub(channel)
-            await runtime.health_check(rt.HealthCheckRequest(), timeout=timeout_s)
-        else:
-            driver = SglangSchedulerDriver() if protocol == "sglang-scheduler" else VllmEngineDriver()
-            await driver.stub(channel).health_check(driver.health_request(), timeout=timeout_s)
-    except GRPCError as exc:
-        return protocol == "lmrpc" and exc.status is not Status.UNIMPLEMENTED
+        return await PROBES[protocol_id].answers(channel, timeout_s)
     except (TimeoutError, StreamTerminatedError, ProtocolError, H2Error):
         return False
-    return True
 
 
 async def reflected_services(channel: Channel, timeout_s: float) -> set[str] | None:

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
+from grpclib import GRPCError, Status
 from grpclib.client import Channel
 from grpclib.const import Cardinality
 
@@ -55,6 +56,18 @@ class LmrpcDriver(Driver):
             while (raw := await stream.recv_message()) is not None:
                 yield decode_response(raw.data)
             await stream.recv_trailing_metadata()
+
+    async def answers(self, channel: Channel, timeout_s: float) -> bool:
+        """GetServerInfo answers with anything but UNIMPLEMENTED (an UNAUTHENTICATED answer still
+        shows the service is there)."""
+        try:
+            await self.probe(channel, timeout_s)
+        except GRPCError as exc:
+            return exc.status is not Status.UNIMPLEMENTED
+        return True
+
+    async def probe(self, channel: Channel, timeout_s: float) -> None:
+        await ControlServiceStub(channel).get_server_info(GetServerInfoRequest(), timeout=timeout_s)
 
     def control(self, channel: Channel) -> ControlServiceStub:
         return ControlServiceStub(channel)

@@ -141,6 +141,10 @@ class SmgDriver(Driver):
     @abstractmethod
     def health_request(self) -> betterproto2.Message: ...
 
+    async def probe(self, channel: Channel, timeout_s: float) -> None:
+        """smg's own probe of a worker: the engine's HealthCheck."""
+        await self.stub(channel).health_check(self.health_request(), timeout=timeout_s)
+
     @abstractmethod
     def model_request(self) -> betterproto2.Message: ...
 

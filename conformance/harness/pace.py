@@ -23,7 +23,7 @@ from conformance.drivers.openai.support import base_probe
 from conformance.harness.context import Ctx
 from conformance.harness.requests import request
 from conformance.harness.session import Budgets, Session
-from conformance.spec.protocols import HTTP_PROTOCOLS
+from conformance.spec.protocols import Wire, wire_of
 from conformance.vocabulary import StreamHung
 
 ONE_TOKEN_RUNS = 3
@@ -67,7 +67,7 @@ class Pace:
 async def measure_pace(session: Session, jobs: int) -> Pace:
     """Measure, then size: ``session.budgets`` is replaced when the server needs more time."""
     ctx = Ctx(session, "pace", {})
-    send = _http_send(ctx) if session.protocol in HTTP_PROTOCOLS else _grpc_send(ctx)
+    send = SENDERS[wire_of(session.protocol)](ctx)
     try:
         one_token = statistics.median([await _timed(send(1)) for _ in range(ONE_TOKEN_RUNS)])
         session.step_s = one_token
@@ -120,3 +120,10 @@ def _http_send(ctx: Ctx) -> Callable[[int], Awaitable[None]]:
             )
 
     return send
+
+
+# An ordinary request of each wire: what the pace is measured with.
+SENDERS: dict[Wire, Callable[[Ctx], Callable[[int], Awaitable[None]]]] = {
+    "grpc": _grpc_send,
+    "http": _http_send,
+}

@@ -12,13 +12,12 @@ from __future__ import annotations
 from conformance.harness.context import Ctx
 from conformance.harness.requests import request
 from conformance.harness.session import Session
-from conformance.spec.protocols import HTTP_PROTOCOLS
 from conformance.stream.record import End
 from conformance.vocabulary import GREEDY_N
 
 
 async def learn_refusals(session: Session) -> None:
-    if session.protocol in ("lmrpc", *HTTP_PROTOCOLS) or session.info.caps.max_outputs < 2:
+    if not session.wire.learns_refusals or session.info.caps.max_outputs < 2:
         return
     ctx = Ctx(session, "refusals", {})
     try:

@@ -16,16 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
-from grpclib.health.v1.health_grpc import HealthStub
-from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
-from conformance.drivers.openai.alive import http_alive
 from conformance.harness.context import Ctx
 from conformance.harness.session import Session
 from conformance.report.http_repro import http_script
 from conformance.report.repro import script
 from conformance.spec.profiles import PROFILES
-from conformance.spec.protocols import HTTP_PROTOCOLS
 from conformance.spec.registry import Case
 from conformance.stream.live import StreamStalled
 from conformance.vocabulary import (
@@ -39,7 +35,6 @@ from conformance.vocabulary import (
     Verdict,
     show,
 )
-from lmrpc.v1 import GetServerInfoRequest
 
 PROBES = 3  # liveness tries before the target is called down: a stall of one budget is survived
 PROBE_PAUSE_S = 1.0
@@ -124,7 +119,9 @@ async def run_case(session: Session, case: Case) -> CaseResult:
 
 
 def _transcript_repro(session: Session, ctx: Ctx, case: Case, mismatches: list[Mismatch]) -> Repro:
-    if session.protocol in HTTP_PROTOCOLS:
+    """A script replaying what the case sent: its HTTP calls where it made them (a case of an HTTP
+    API), else its gRPC calls."""
+    if ctx.http_transcript:
         return Repro(
             kind="transcript",
             example="\n".join(
@@ -159,27 +156,9 @@ async def probe(session: Session) -> tuple[bool, str]:
 
 
 async def probe_once(session: Session) -> tuple[bool, str]:
-    """A cheap request only, never a generation: a slow server, or one that serves one request at
-    a time and is busy with a case's, is alive as long as it answers. gRPC: health, or
-    GetServerInfo where there is no health service (a server that says NOT_SERVING and answers is
-    alive: what its health says is HEALTH-1's and HEALTH-2's business); an OpenAI server: its model
-    list."""
-    budget = session.budgets.liveness_s
-    if session.protocol in HTTP_PROTOCOLS:
-        return await http_alive(session.http, budget)
-    channel = session.target.fresh_channel()
-    try:
-        try:
-            reply = await asyncio.wait_for(HealthStub(channel).Check(HealthCheckRequest(service="")), budget)
-            return True, f"serving (health {HealthCheckResponse.ServingStatus.Name(reply.status)})"
-        except GRPCError as exc:
-            health = f"health {exc.status.name}"
-        await asyncio.wait_for(session.target.control.get_server_info(GetServerInfoRequest()), budget)
-        return True, f"serving (GetServerInfo answers; {health})"
-    except Exception as exc:
-        return False, f"{type(exc).__name__}: {exc}"
-    finally:
-        channel.close()
+    """A cheap request only, never a generation (``Target.alive``): a slow server, or one that
+    serves one request at a time and is busy with a case's, is alive as long as it answers."""
+    return await session.wire.alive(session.budgets.liveness_s)
 
 
 async def run_all(

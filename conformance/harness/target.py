@@ -15,15 +15,17 @@ from typing import Literal
 
 from grpclib.client import Channel
 from grpclib.config import Configuration
+from grpclib.exceptions import GRPCError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
 from conformance.drivers import Driver, LmrpcDriver, Promises, make_driver
+from conformance.drivers.base import ConnectOptions
 from conformance.drivers.detect import detect
+from conformance.spec.protocols import protocol
 from conformance.vocabulary import TargetInfo
 from lmrpc.client import bearer_token, parse_target, tls_context
-from lmrpc.v1 import (
-    ControlServiceStub,
-    InferenceServiceStub,
-)
+from lmrpc.v1 import ControlServiceStub, GetServerInfoRequest, InferenceServiceStub
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +82,35 @@ class Endpoint:
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.tls.context() if self.tls is not None else None
 
+    async def ready(self, connect_s: float) -> tuple[bool, str]:
+        """Health ``""`` SERVING, or, for a server without the health service, some protocol
+        answering (``Address``)."""
+        channel = self.channel()
+        try:
+            try:
+                health = await HealthStub(channel).Check(HealthCheckRequest(service=""))
+                status = HealthCheckResponse.ServingStatus.Name(health.status)
+                return health.status == HealthCheckResponse.SERVING, f"health is {status}"
+            except GRPCError:  # no health service: whichever protocol answers says it is up
+                found = await detect(channel, connect_s)
+                return True, found.how
+        except Exception as exc:  # refused, reset, or the detection found nothing yet
+            return False, f"{type(exc).__name__}: {exc}"
+        finally:
+            channel.close()
+
+    async def connect(self, protocol_id: str, options: ConnectOptions) -> tuple[GrpcTarget, str]:
+        driver, how = await choose_driver(self, protocol_id, options.promises, options.connect_s)
+        return await GrpcTarget.connect(self, options.connect_s, driver), how
+
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
 
 
 @dataclass(slots=True)
-class Target:
+class GrpcTarget:
+    """A gRPC server, connected through its protocol's driver (``Target``)."""
+
     endpoint: Endpoint
     info: TargetInfo
     channel: Channel
@@ -97,7 +122,7 @@ class Target:
     _extra: list[Channel] = field(default_factory=list)
 
     @staticmethod
-    async def connect(endpoint: Endpoint, timeout_s: float, driver: Driver | None = None) -> Target:
+    async def connect(endpoint: Endpoint, timeout_s: float, driver: Driver | None = None) -> GrpcTarget:
         """Open the shared channel and read the server's info. Raises on an unreachable target."""
         driver = driver or LmrpcDriver()
         channel = endpoint.channel()
@@ -118,9 +143,45 @@ class Target:
         if endpoint.credentials.admin_token:
             admin_channel = endpoint.channel(token=endpoint.credentials.admin_token)
         admin = driver.control(admin_channel) if admin_channel else control
-        return Target(
+        return GrpcTarget(
             endpoint, info, channel, control, driver.inference(channel), admin, driver, admin_channel
         )
+
+    @property
+    def protocol(self) -> str:
+        return self.driver.protocol
+
+    @property
+    def learns_refusals(self) -> bool:
+        return not protocol(self.protocol).advertises
+
+    async def alive(self, budget_s: float) -> tuple[bool, str]:
+        """Health answers, or GetServerInfo where there is no health service: a server that says
+        NOT_SERVING and answers is alive (what its health says is HEALTH-1's and HEALTH-2's business)."""
+        channel = self.fresh_channel()
+        try:
+            try:
+                reply = await asyncio.wait_for(
+                    HealthStub(channel).Check(HealthCheckRequest(service="")), budget_s
+                )
+                return True, f"serving (health {HealthCheckResponse.ServingStatus.Name(reply.status)})"
+            except GRPCError as exc:
+                health = f"health {exc.status.name}"
+            await asyncio.wait_for(self.control.get_server_info(GetServerInfoRequest()), budget_s)
+            return True, f"serving (GetServerInfo answers; {health})"
+        except Exception as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+        finally:
+            channel.close()
+
+    def paced(self, parallel: int | None) -> None:
+        pass  # what it runs at once is the session's (Session.parallel)
+
+    def report_fields(self) -> tuple[dict[str, object], dict[str, object]]:
+        return {}, {}
+
+    async def aclose(self) -> None:
+        self.close()
 
     def fresh_channel(self, *, token: str | Literal["default"] | None = "default") -> Channel:
         """A separate HTTP/2 connection, for cases that must not share one (closed with the target);
@@ -136,18 +197,17 @@ class Target:
 
 
 async def choose_driver(
-    endpoint: Endpoint, protocol: str, promises: Promises | None, timeout_s: float
+    endpoint: Endpoint, protocol_id: str, promises: Promises | None, timeout_s: float
 ) -> tuple[Driver, str]:
     """The driver for ``protocol``, or for the protocol ``auto`` detects (``drivers/detect.py``),
     and what chose it. ``promises`` (``--assume``) apply to engine protocols only."""
     how = "--protocol"
-    if protocol == "auto":
+    if protocol_id == "auto":
         channel = endpoint.channel()
         try:
             found = await detect(channel, timeout_s)
         finally:
             channel.close()
-        protocol, how = found.protocol, f"--protocol auto: {found.how}"
-    if protocol == "lmrpc":
-        return make_driver(protocol), how
-    return make_driver(protocol, promises), how
+        protocol_id, how = found.protocol, f"--protocol auto: {found.how}"
+    advertises = protocol(protocol_id).advertises  # promises are for protocols that advertise nothing
+    return make_driver(protocol_id, None if advertises else promises), how

@@ -19,13 +19,17 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from httpx_sse import EventSource, SSEError
 
+from conformance.drivers.base import ConnectOptions
 from conformance.drivers.openai.exchange import End, Exchange, OpenAIRequest, SseEvent
+
+if TYPE_CHECKING:
+    from conformance.drivers.openai.target import HttpTarget
 
 DEFAULT_PREFIX = "/v1"
 SCHEMES = ("http", "https", "sglang-runtime")  # the last: drivers/openai/runtime_transport.py
@@ -65,6 +69,23 @@ class OpenAIEndpoint:
 
     def url(self, path: str, *, root: bool = False) -> str:
         return (self.root_url if root else self.base_url) + path
+
+    async def ready(self, connect_s: float) -> tuple[bool, str]:
+        """Ready once it lists a model (``Address``)."""
+        from conformance.drivers.openai.discover import list_models  # they build on this module
+        from conformance.drivers.openai.runtime_transport import client_for
+
+        async with client_for(self, connect_s=connect_s) as client:
+            try:
+                models, _ = await list_models(client, connect_s)
+            except Exception as exc:  # refused, not yet an OpenAI server, a 503 while loading...
+                return False, f"{type(exc).__name__}: {exc}"
+            return bool(models), f"GET /models lists {models}"
+
+    async def connect(self, protocol_id: str, options: ConnectOptions) -> tuple[HttpTarget, str]:
+        from conformance.drivers.openai.target import HttpTarget
+
+        return await HttpTarget.connect(self, options), f"--protocol {protocol_id}"
 
     def __str__(self) -> str:
         return self.base_url

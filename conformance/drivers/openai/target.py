@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
-from conformance.drivers.base import Promises
+from conformance.drivers.base import ConnectOptions, Promises
 from conformance.drivers.openai.client import OpenAIClient, OpenAIEndpoint
 from conformance.drivers.openai.discover import (
     DiscoveryError,
@@ -31,18 +31,10 @@ from lmrpc.v1 import Capabilities, ModelInfo, ServerInfo
 PROBE_TEXT = "Hello"
 
 
-@dataclass(frozen=True, slots=True)
-class HttpOptions:
-    model: str | None = None  # --model; default: the first of /v1/models
-    promises: Promises = field(default_factory=Promises)  # --assume: what no probe can show
-    parallel: int | None = None  # --parallel: what the server runs at once (None: it says, or it is measured)
-    connect_s: float = 10.0
-    call_s: float = 30.0
-    idle_s: float = 10.0
-
-
 @dataclass(slots=True)
 class HttpTarget:
+    """An OpenAI-compatible server, connected (``Target``)."""
+
     protocol: ClassVar[str] = "openai"
     endpoint: OpenAIEndpoint
     info: TargetInfo
@@ -58,8 +50,34 @@ class HttpTarget:
     def model(self) -> str:
         return self.client.model
 
+    @property
+    def learns_refusals(self) -> bool:
+        return False  # what it refuses is learned with the rest of its support (support.py)
+
+    async def alive(self, budget_s: float) -> tuple[bool, str]:
+        """Its model list answers."""
+        try:
+            models, _ = await list_models(self.client, budget_s)
+        except Exception as exc:
+            return False, f"GET /models: {type(exc).__name__}: {exc}"
+        return True, f"serving (GET /models lists {models})"
+
+    def paced(self, parallel: int | None) -> None:
+        if parallel is not None and self.parallel_source == "assumed":
+            self.parallel, self.parallel_source = parallel, "measured"
+
+    def report_fields(self) -> tuple[dict[str, object], dict[str, object]]:
+        identity: dict[str, object] = {"identity": {"source": self.identity.source, **self.identity.answers}}
+        settings: dict[str, object] = {
+            "support": self.support.to_json(),
+            "tokenizer": str(self.tokenizer) if self.tokenizer else None,
+            "parallel": self.parallel,
+            "parallel_source": self.parallel_source,
+        }
+        return identity, settings
+
     @staticmethod
-    async def connect(endpoint: OpenAIEndpoint, options: HttpOptions) -> HttpTarget:
+    async def connect(endpoint: OpenAIEndpoint, options: ConnectOptions) -> HttpTarget:
         client = client_for(endpoint, connect_s=options.connect_s)
         try:
             return await asyncio.wait_for(_discover(client, endpoint, options), 8 * options.call_s)
@@ -71,7 +89,7 @@ class HttpTarget:
         await self.client.aclose()
 
 
-async def _discover(client: OpenAIClient, endpoint: OpenAIEndpoint, options: HttpOptions) -> HttpTarget:
+async def _discover(client: OpenAIClient, endpoint: OpenAIEndpoint, options: ConnectOptions) -> HttpTarget:
     models, listing = await list_models(client, options.connect_s)
     if options.model is not None and options.model not in models:
         raise DiscoveryError(f"--model {options.model!r} is not among the models the server lists: {models}")

@@ -119,6 +119,9 @@ class SglangRuntimeDriver(Driver):
         self.embedding: EmbeddingModelInfo | None = None
         self.incremental = False
 
+    async def probe(self, channel: Channel, timeout_s: float) -> None:
+        await self.stub(channel).health_check(rt.HealthCheckRequest(), timeout=timeout_s)
+
     def stub(self, channel: Channel) -> rt.SglangServiceStub:
         return rt.SglangServiceStub(channel)
 

@@ -17,21 +17,12 @@ from collections.abc import Mapping
 
 from conformance.spec.clauses import CLAUSES
 from conformance.spec.profiles.base import AS_WRITTEN, Profile, Reading, na, reads
-from conformance.spec.profiles.lmrpc import LMRPC
-from conformance.spec.profiles.openai import OPENAI
-from conformance.spec.profiles.sglang_runtime import SGLANG_RUNTIME
-from conformance.spec.profiles.sglang_scheduler import SGLANG_SCHEDULER
-from conformance.spec.profiles.vllm_engine import VLLM_ENGINE
+from conformance.spec.protocols import GRPC_PROTOCOLS, TABLE, Protocol, load
 
 __all__ = [
     "AS_WRITTEN",
     "GRPC_PROFILES",
-    "LMRPC",
-    "OPENAI",
     "PROFILES",
-    "SGLANG_RUNTIME",
-    "SGLANG_SCHEDULER",
-    "VLLM_ENGINE",
     "Profile",
     "Reading",
     "clause_text",
@@ -40,10 +31,16 @@ __all__ = [
     "reads",
 ]
 
-PROFILES: dict[str, Profile] = {
-    p.protocol: p for p in (LMRPC, VLLM_ENGINE, SGLANG_SCHEDULER, SGLANG_RUNTIME, OPENAI)
-}
-GRPC_PROFILES: tuple[Profile, ...] = (LMRPC, VLLM_ENGINE, SGLANG_SCHEDULER, SGLANG_RUNTIME)
+
+def _profile(row: Protocol) -> Profile:
+    found = load(row.profile)
+    if not isinstance(found, Profile) or found.protocol != row.id:
+        raise TypeError(f"the {row.id} row names {row.profile}, which is no profile of {row.id}")
+    return found
+
+
+PROFILES: dict[str, Profile] = {row.id: _profile(row) for row in TABLE}
+GRPC_PROFILES: tuple[Profile, ...] = tuple(PROFILES[p] for p in GRPC_PROTOCOLS)
 
 
 def _cell(profile: Profile, clause_id: str, case_ids: list[str]) -> str:
@@ -72,7 +69,8 @@ def markdown_table(case_ids: Mapping[str, list[str]], profiles: tuple[Profile, .
 def clause_text(protocol: str, clause_id: str) -> str:
     """What a failure of ``clause_id`` is shown with: the clause as written, or, in the OpenAI
     profile (whose cases check its reading, not lmrpc.v1's wire), the reading."""
-    reading = PROFILES[protocol].clause(clause_id) if protocol in PROFILES else AS_WRITTEN
-    if protocol == OPENAI.protocol and reading.applies and reading.text:
+    profile = PROFILES.get(protocol)
+    reading = profile.clause(clause_id) if profile is not None else AS_WRITTEN
+    if profile is not None and profile.shows_reading and reading.applies and reading.text:
         return f"{reading.text} (the OpenAI reading)"
     return CLAUSES[clause_id].text

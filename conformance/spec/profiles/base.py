@@ -40,6 +40,9 @@ class Profile:
     # Raised when a reading changes so that a server's verdicts may (CHANGELOG.md): a baseline
     # written against one revision may need another look under the next.
     revision: int = 1
+    # its cases check the readings themselves, not lmrpc.v1's wire (an HTTP API's own cases): a
+    # failure is shown with the reading, not the clause as written
+    shows_reading: bool = False
 
     def clause(self, clause_id: str) -> Reading:
         clause = CLAUSES[clause_id]

@@ -250,4 +250,5 @@ OPENAI = Profile(
         **NOT_RUNTIME,
     },
     otherwise=na("not part of the OpenAI profile"),
+    shows_reading=True,
 )
