@@ -20,7 +20,9 @@ import codecs
 from dataclasses import dataclass
 from typing import Protocol
 
-from tokenizers import Tokenizer, decoders
+from tokenizers import Tokenizer
+
+from reference_server.models.tokenizer import byte_level_pieces
 
 REPLACEMENT_CHARACTER = "\ufffd"
 
@@ -49,17 +51,7 @@ class DecodeTable:
         added = tokenizer.get_added_tokens_decoder()
         added_text = {token_id: token.content for token_id, token in added.items()}
         special_ids = frozenset(token_id for token_id, token in added.items() if token.special)
-        token_bytes = None
-        if isinstance(tokenizer.decoder, decoders.ByteLevel):
-            char_to_byte = {char: byte for byte, char in _byte_to_char().items()}
-            token_bytes = []
-            for token_id in range(vocab_size):
-                piece = tokenizer.id_to_token(token_id)
-                if piece is None or token_id in added_text:
-                    token_bytes.append(b"")
-                else:
-                    token_bytes.append(bytes(char_to_byte.get(ch, 0x3F) for ch in piece))
-        return cls(tokenizer, token_bytes, added_text, special_ids)
+        return cls(tokenizer, byte_level_pieces(tokenizer, vocab_size), added_text, special_ids)
 
     def decoder(self, *, skip_special_tokens: bool) -> OutputDecoder:
         if self.token_bytes is not None:
@@ -114,17 +106,3 @@ class WindowDecoder:
         window_text = self._decode(self._ids[self._prefix_offset :])
         self._prefix_offset = self._read_offset = len(self._ids)
         return window_text[len(prefix_text) :]
-
-
-def _byte_to_char() -> dict[int, str]:
-    """GPT-2's reversible map from bytes to printable characters."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    )
-    mapping = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in mapping:
-            mapping[b] = chr(256 + extra)
-            extra += 1
-    return mapping

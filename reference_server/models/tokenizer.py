@@ -248,3 +248,54 @@ def _bundle(tokenizer: Tokenizer, meta: dict[str, Any]) -> TokenizerBundle:
         literal=literal,
         added_strings=tuple(added.content for added in tokenizer.get_added_tokens_decoder().values()),
     )
+
+
+def byte_level_pieces(tokenizer: Tokenizer, vocab_size: int) -> list[bytes] | None:
+    """The bytes each regular token stands for, where the vocabulary is byte-level (GPT-2's
+    printable stand-ins for bytes): ``b""`` for added tokens and ids the tokenizer lacks. None for
+    any other kind of vocabulary, whose tokens are not fixed byte strings."""
+    if not isinstance(tokenizer.decoder, decoders.ByteLevel):
+        return None
+    added = tokenizer.get_added_tokens_decoder()
+    char_to_byte = {char: byte for byte, char in _byte_to_char().items()}
+    pieces = []
+    for token_id in range(vocab_size):
+        piece = tokenizer.id_to_token(token_id)
+        if piece is None or token_id in added:
+            pieces.append(b"")
+        else:
+            pieces.append(bytes(char_to_byte.get(ch, 0x3F) for ch in piece))
+    return pieces
+
+
+def whole_character_tokens(bundle: TokenizerBundle) -> tuple[int, ...]:
+    """Regular tokens whose bytes are complete UTF-8 text (what the fake engine samples from)."""
+    added = bundle.tokenizer.get_added_tokens_decoder()
+    pieces = byte_level_pieces(bundle.tokenizer, bundle.vocab_size)
+    result = []
+    for token_id in range(bundle.vocab_size):
+        if token_id in added:
+            continue
+        if pieces is None:
+            result.append(token_id)
+            continue
+        try:
+            if pieces[token_id].decode("utf-8"):
+                result.append(token_id)
+        except UnicodeDecodeError:
+            pass
+    return tuple(result)
+
+
+def _byte_to_char() -> dict[int, str]:
+    """GPT-2's reversible map from bytes to printable characters."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    )
+    mapping = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return mapping

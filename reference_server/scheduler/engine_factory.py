@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from reference_server.config import DEFAULT_MAX_BATCH_TOKENS, EngineOptions
-from reference_server.detokenizer.incremental import DecodeTable
 from reference_server.engine.base import Engine
 from reference_server.engine.fake import FakeEngine, FakeEngineConfig
 from reference_server.engine.kv_events import KV_EVENT_BLOCK_SIZE
 from reference_server.models.source import resolve_model
-from reference_server.models.tokenizer import TokenizerBundle, load_tokenizer
+from reference_server.models.tokenizer import load_tokenizer, whole_character_tokens
 
 
 def create_engine(options: EngineOptions) -> Engine:
@@ -54,24 +53,6 @@ def create_engine(options: EngineOptions) -> Engine:
             ),
         )
     )
-
-
-def whole_character_tokens(tokenizer: TokenizerBundle) -> tuple[int, ...]:
-    """Regular tokens whose bytes are complete UTF-8 text (what the fake engine samples from)."""
-    table = DecodeTable.build(tokenizer.tokenizer, tokenizer.vocab_size)
-    result = []
-    for token_id in range(tokenizer.vocab_size):
-        if token_id in table.added_text:
-            continue
-        if table.token_bytes is None:
-            result.append(token_id)
-            continue
-        try:
-            if table.token_bytes[token_id].decode("utf-8"):
-                result.append(token_id)
-        except UnicodeDecodeError:
-            pass
-    return tuple(result)
 
 
 def _batch_tokens(options: EngineOptions) -> int | None:

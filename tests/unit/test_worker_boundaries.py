@@ -21,8 +21,7 @@ from reference_server.detokenizer.process import DetokenizerLoop
 from reference_server.engine.fake import FakeEngine, FakeEngineConfig
 from reference_server.frontend.engine_link import EngineLink, WorkerUnavailableError
 from reference_server.frontend.requests import FlowHooks, RequestState, RequestTable
-from reference_server.models.tokenizer import TokenizerBundle
-from reference_server.scheduler.engine_factory import whole_character_tokens
+from reference_server.models.tokenizer import TokenizerBundle, whole_character_tokens
 from reference_server.scheduler.grammars import GrammarQueue
 from reference_server.scheduler.process import SchedulerLoop
 
