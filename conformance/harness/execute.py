@@ -70,10 +70,7 @@ async def execute(
         return
     describe(report, session)
     try:
-        await learn_refusals(session)
-        if session.info.refusals:
-            report.settings["refusals"] = dict(session.info.refusals)
-            say("refused by design: " + "; ".join(f"{k} ({v})" for k, v in session.info.refusals.items()))
+        await _refusals(session, report, say)
         jobs = await _pace(session, plan.jobs, report, say)
         report.settings.update(session.wire.report_fields()[1])
         report.results = await run_all(session, cases, jobs=jobs, progress=progress)
@@ -136,6 +133,19 @@ def describe(report: RunReport, session: Session) -> None:
         **identity,
     }
     report.settings.update(learned)
+
+
+async def _refusals(session: Session, report: RunReport, say: Callable[[str], None]) -> None:
+    """What the server refuses by design, learned once (harness/refusals.py). A server that cannot
+    answer the question runs without it: the cases then say what is wrong with it."""
+    try:
+        await learn_refusals(session)
+    except Exception as exc:
+        report.settings["refusals"] = f"not learned: {type(exc).__name__}: {exc}"
+        return
+    if session.info.refusals:
+        report.settings["refusals"] = dict(session.info.refusals)
+        say("refused by design: " + "; ".join(f"{k} ({v})" for k, v in session.info.refusals.items()))
 
 
 async def _pace(session: Session, jobs: int, report: RunReport, say: Callable[[str], None]) -> int:

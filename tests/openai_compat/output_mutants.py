@@ -391,6 +391,19 @@ class NamedChoiceIgnored(Mutant):
         return call.body
 
 
+class NoneChoiceIgnored(Mutant):
+    """tool_choice none is accepted and ignored: the model is made to call a tool anyway. Its case
+    ended in a harness error (no finish rule for calls under none), not a FAIL, before the fix."""
+
+    name = "none-choice-ignored"
+    expected = frozenset({"CAP-1[openai,tool_choice=none]"})
+
+    def request(self, call: Call) -> Any:
+        if call.tool_choice == "none":
+            call.body["tool_choice"] = "required"
+        return call.body
+
+
 OUTPUT_MUTANTS: tuple[type[Mutant], ...] = (
     SchemaIgnored,
     SecondChoiceUnconstrained,
@@ -407,4 +420,5 @@ OUTPUT_MUTANTS: tuple[type[Mutant], ...] = (
     ToolCallsFinishWithoutCall,
     RequiredCallReadsStop,
     NamedChoiceIgnored,
+    NoneChoiceIgnored,
 )

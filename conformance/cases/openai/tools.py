@@ -82,6 +82,7 @@ CALLED_FINISHES = {
     "required": ("tool_calls", "length"),
     "named": ("tool_calls", "stop", "length"),
     "auto": ("tool_calls", "length"),
+    "none": ("tool_calls", "length"),  # a call under none fails by itself; its finish reads as auto's
 }
 
 

@@ -34,7 +34,8 @@ async def usage_chunk(ctx: Ctx) -> None:
 
 @openai_case("USAGE-2")
 async def prompt_counted_once(ctx: Ctx) -> None:
-    """prompt_tokens is the same for n = 1 and n = 2, streamed and not: the prompt counted once."""
+    """prompt_tokens is the same for n = 1 and n = 2, streamed and not: the prompt counted once.
+    Only the counts the server sent are compared: an answer without usage is USAGE-1's finding."""
     for api in support(ctx).apis():
         base = make(api, max_tokens=4, temperature=0)
         variants = {"n=1": base}
@@ -50,11 +51,15 @@ async def prompt_counted_once(ctx: Ctx) -> None:
         for what, request in variants.items():
             numbers = usage_numbers((await answered(ctx, request)).view.usage)
             counts[what] = numbers[0] if numbers else None
+        missing = sorted(what for what, count in counts.items() if count is None)
+        if missing:
+            ctx.note(f"{api}: no usage on {', '.join(missing)} (USAGE-1 judges that), so not compared")
+        sent = {what: count for what, count in counts.items() if count is not None}
         ctx.check.that(
-            len(set(counts.values())) == 1 and None not in counts.values(),
+            len(set(sent.values())) <= 1,
             f"{api} prompt_tokens of the same prompt",
             "the same integer every time",
-            counts,
+            sent,
         )
 
 

@@ -48,8 +48,10 @@ class Feature:
 
     @property
     def usable(self) -> bool:
-        """Its cases run (they judge what an ignored or broken feature does)."""
-        return self.state is not State.REFUSED
+        """Its cases run: they judge what an honoured or a broken feature does. A refused one is
+        out of the profile; an ignored one is one finding, CAP-1's, and the cases that need it are
+        n/a with that reason (one cause, one verdict)."""
+        return self.state in (State.HONOURED, State.BROKEN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,10 @@ class Support:
             raise CaseSkipped(f"the server does not serve {api}: {endpoint.detail}")
         for name in names:
             found = self.feature(api, name)
+            if found.state is State.IGNORED:
+                raise CaseSkipped(
+                    f"{api} {name} is accepted and ignored ({found.detail}): CAP-1[openai,{name}] holds the finding"
+                )
             if not found.usable:
                 raise CaseSkipped(f"the server refuses {api} {name}: {found.detail}")
 

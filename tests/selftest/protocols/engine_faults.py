@@ -518,6 +518,18 @@ class TokenizerDigestWrong(EngineProxy):
             yield reply
 
 
+class TokenizerLastChunkEmpty(EngineProxy):
+    """The bundle's last chunk carries its sha256 and none of its bytes, as a server that sends the
+    digest in a chunk of its own after losing the last data: the zip arrives cut short."""
+
+    async def replies(self, method: str, replies: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        chunks = [reply async for reply in replies]
+        if method == "get_tokenizer" and chunks:
+            chunks[-1].data = b""
+        for chunk in chunks:
+            yield chunk
+
+
 # ── KV-cache events (SMG-6) ──────────────────────────────────
 class KvBatchSkipped(EngineProxy):
     """Every KV event batch after a subscription's first is numbered one past its place, as a
