@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import Phase
 
@@ -25,7 +26,8 @@ from conformance.cases.openai._common import (
     support,
 )
 from conformance.cases.openai.pool import request_repro
-from conformance.drivers.openai.exchange import OpenAIRequest
+from conformance.drivers.openai.exchange import Api, OpenAIRequest
+from conformance.drivers.openai.support import Support
 from conformance.harness.context import Ctx
 from conformance.harness.session import Session
 from conformance.search.openai import openai_requests
@@ -36,6 +38,18 @@ from conformance.vocabulary import CaseFailed, CaseSkipped, Mismatch, mismatch
 
 PAIRS = "openai-pairs"
 MULTIBYTE = ("日本語で答えてください。", "Emoji test 🙂🚀", "Ελληνικά κείμενα", "Réponds en français :")
+# Options a server streams through another path (a logprob per token, a stop-string holdback, a
+# tool or format parser, several choices): each is asked on purpose, over prompts whose characters
+# span tokens, so text lost on one path alone is found by design, not by a drawn request's luck.
+STREAMING_PATHS = ("logprobs", "top_logprobs", "stop", "tools", "response_format")
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 DISTINCT = ("1, 2, 3, 4,", "The capital of France is", "def add(a, b):", "Once upon a time", "Dear Sir,")
 
 
@@ -61,6 +75,14 @@ def difference(stream: str, whole: str) -> str:
 JUDGED = {"STREAM-2": "differs", "FINISH-2": "lost-tail", "STREAM-5": "split-character"}
 
 
+def path_options(request: OpenAIRequest) -> str:
+    """The options of ``request`` that change a server's streaming path (``STREAMING_PATHS``), as
+    a label: a finding says which path lost the text."""
+    body = request.body
+    found = [name for name in STREAMING_PATHS if body.get(name) not in (None, False, [], {})]
+    return f" ({', '.join(found)})" if found else ""
+
+
 def judge_pair(pair: Pair, clause: str) -> list[Mismatch]:
     out = []
     request = pair.whole.request
@@ -70,7 +92,8 @@ def judge_pair(pair: Pair, clause: str) -> list[Mismatch]:
         if found == JUDGED[clause]:
             out.append(
                 mismatch(
-                    f"{request.api} n={request.n}: choice {index} streamed ({found}) vs not streamed",
+                    f"{request.api} n={request.n}{path_options(request)}: choice {index} streamed ({found}) "
+                    "vs not streamed",
                     whole.get(index, ""),
                     streamed.get(index, ""),
                 )
@@ -107,6 +130,7 @@ def pair_requests(session: Session) -> list[OpenAIRequest]:
                     stop=[" the", "."],
                 )
             )
+        out += path_requests(found, api, session.tuning.max_tokens)
     if any(found.has(api, "stream") for api in found.apis()):
         drawn: list[OpenAIRequest] = []
         strategy = openai_requests(found, session.tuning.max_tokens, greedy=True)
@@ -114,6 +138,26 @@ def pair_requests(session: Session) -> list[OpenAIRequest]:
         run_property(strategy, drawn.append, config, session.seed)
         out += [r for r in drawn if found.has(r.api, "stream")]
     return out
+
+
+def path_requests(found: Support, api: Api, max_tokens: int) -> list[OpenAIRequest]:
+    """Each streaming path's option (``STREAMING_PATHS``) on the prompts whose characters span
+    tokens, where the server takes it (one it refuses is skipped by the pair, never judged)."""
+    options: list[dict[str, Any]] = []
+    if found.has(api, "logprobs"):
+        options += [{"logprobs": True} if api == "chat" else {"logprobs": 0}]
+        options += [{"logprobs": True, "top_logprobs": 3} if api == "chat" else {"logprobs": 3}]
+    if found.has(api, "stop"):
+        options.append({"stop": ["\n\n\n"]})  # never met: only the holdback path is exercised
+    if api == "chat":
+        options.append({"tools": [WEATHER_TOOL], "tool_choice": "none"})  # text through the tool parser
+        options.append({"response_format": {"type": "json_object"}})
+    n = 2 if found.has(api, "greedy_n") else None
+    return [
+        make(api, prompt, temperature=0, max_tokens=max_tokens, n=n, **option)
+        for option in options
+        for prompt in MULTIBYTE[:2]
+    ]
 
 
 async def build_pairs(session: Session) -> list[Pair]:

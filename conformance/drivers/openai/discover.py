@@ -5,8 +5,8 @@ and how many requests it runs at once.
 Nothing here is part of OpenAI's API except ``/v1/models``; the rest is each implementation's own:
 llama.cpp ``/props`` (``build_info``, ``total_slots``) and ``/tokenize`` (``content``), vLLM
 ``/version`` and ``/tokenize`` (``prompt``), SGLang ``/get_server_info``, TGI ``/info``, Ollama
-``/api/version``, smg ``/v1/tokenize``. What none of them answers stays unknown, and the cases that
-need it say so when they skip.
+``/api/version``, smg ``/v1/tokenize``, llama-cpp-python ``/extras/tokenize`` (``input``). What
+none of them answers stays unknown, and the cases that need it say so when they skip.
 """
 
 from __future__ import annotations
@@ -41,11 +41,13 @@ class TokenizerEndpoint:
 
     path: str
     root: bool  # at the server root (llama.cpp, vLLM, SGLang) or under the base URL (smg)
-    shape: str  # "content" (llama.cpp) or "prompt" (vLLM, SGLang, smg)
+    shape: str  # "content" (llama.cpp), "prompt" (vLLM, SGLang, smg) or "input" (llama-cpp-python)
 
     def body(self, model: str, text: str, add_special: bool) -> dict[str, Any]:
         if self.shape == "content":
             return {"content": text, "add_special": add_special}
+        if self.shape == "input":  # no special-token switch: it tokenizes text as given
+            return {"model": model, "input": text}
         return {"model": model, "prompt": text, "add_special_tokens": add_special}
 
     def __str__(self) -> str:
@@ -92,6 +94,7 @@ async def tokenizer_endpoint(client: OpenAIClient, model: str, total_s: float) -
         TokenizerEndpoint("/tokenize", True, "content"),
         TokenizerEndpoint("/tokenize", True, "prompt"),
         TokenizerEndpoint("/tokenize", False, "prompt"),
+        TokenizerEndpoint("/extras/tokenize", True, "input"),
     ):
         if await count_tokens(client, candidate, model, "Hello world", False, total_s) is not None:
             return candidate
