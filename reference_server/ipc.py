@@ -255,7 +255,7 @@ class EngineInfo(msgspec.Struct, frozen=True):
     embedding_model_id: str | None
     embedding_dimensions: int
     embedding_max_tokens: int
-    constrained_decoding: bool = False  # GenerateRequest.constraint is honoured (xgrammar is installed)
+    constrained_decoding: bool = False  # GenerateRequest.constraint is honoured (llguidance is installed)
 
 
 class Ready(msgspec.Struct, frozen=True, tag="ready"):

@@ -26,14 +26,14 @@ if TYPE_CHECKING:
     from reference_server.engine.constraints import Grammar
 
 
-# xgrammar and what it imports: it is installed with --no-deps (scripts/setup.sh)
-GRAMMAR_MODULES = ("xgrammar", "tvm_ffi", "pydantic", "transformers")
+# the grammar engine (the server extra's llguidance; it imports nothing else)
+GRAMMAR_MODULES = ("llguidance",)
 
 
 def constrained_decoding_available(eos_token_ids: Collection[int]) -> bool:
-    """Whether an engine can honour constraints (EngineInfo.constrained_decoding): xgrammar can be
-    imported (it is, only at the first constraint), and the model has an EOS token for a complete
-    output to end with (CONSTRAIN-1)."""
+    """Whether an engine can honour constraints (EngineInfo.constrained_decoding): llguidance can
+    be imported (it is, only at the first constraint), and the model has an EOS token for a
+    complete output to end with (CONSTRAIN-1)."""
     return bool(eos_token_ids) and all(importlib.util.find_spec(name) for name in GRAMMAR_MODULES)
 
 

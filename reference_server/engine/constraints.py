@@ -1,12 +1,31 @@
 """Constrained decoding (CONSTRAIN-1..4): a request's constraint compiled to a grammar over the
 served vocabulary, and, per output, the grammar's state: which tokens may come next.
 
-The one module that imports xgrammar. Only the places that meet a constraint import it (the
-frontend's check, the scheduler's compile thread, tests), so a server that never sees one never
-pays for the import. Compiling precomputes token masks over the whole vocabulary (milliseconds,
-up to a second for a large schema), so it runs off the engine's step, once per distinct
+The one module that imports llguidance (a dependency-free abi3 wheel, the server extra's). Only
+the places that meet a constraint import it (the frontend's check, the scheduler's compile
+thread, tests), so a server that never sees one never pays for the import. Reading the
+vocabulary takes about 0.4 s, once per compiler; compiling a constraint builds its lexer and
+parser (about a millisecond; more for a large schema), off the engine's step, once per distinct
 constraint (``GrammarCompiler``); the engines only ask an ``OutputGrammar`` for the next mask
 and feed it the sampled token.
+
+What llguidance cannot enforce it refuses, naming the keyword, which CONSTRAIN-4 asks: measured
+on llguidance 1.9.1 by compiling a schema per keyword and feeding it a document that breaks the
+keyword (``tests/unit/engine/test_constraints.py`` keeps the measurement), it refuses ``not``,
+``if``/``then``/``else``, ``uniqueItems``, ``contains``, ``min/maxContains``,
+``dependentRequired``, ``dependentSchemas``, ``dependencies``, ``propertyNames``,
+``unevaluatedProperties``, ``unevaluatedItems``, ``$dynamicRef``, ``$recursiveRef``, a ``oneOf``
+whose branches a document could match together, a ``$ref`` to another document, a ``format`` it
+does not check and a ``pattern`` with look-around or backreferences, and it enforces the rest:
+``type``, ``enum``, ``const``, ``properties``, ``required``, ``additionalProperties``,
+``patternProperties``, ``min/maxProperties``, ``items``, ``prefixItems``, ``min/maxItems``,
+``allOf``, ``anyOf``, a local ``$ref``, the numeric bounds, ``multipleOf``, ``min/maxLength``,
+``pattern`` and the formats date, time, date-time, duration, email, hostname, ipv4, ipv6, uri and
+uuid. (xgrammar 0.2.8, before it, compiled the first list without complaint and ignored it, so a
+pre-check of keywords stood in front of it; llguidance needs none.) Annotations (``title``,
+``description``, ``contentEncoding``, unknown keywords) are not assertions and change nothing.
+An object that names its properties takes only those unless the schema says otherwise, as
+xgrammar had it (``closed_schema``); the JSON is laid out as ``{"a": 1, "b": [2]}``.
 
 The rules both engines share: every added (special) token is outside every grammar, since its
 id stands for text the grammar never sees (a chat marker, or nothing once skipped); a grammar
@@ -17,26 +36,41 @@ accepted one of them is finished (``stopping.finish_after``, ``constraint_comple
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
-import xgrammar as xgr
+from llguidance import LLMatcher, LLTokenizer
 
-from reference_server.engine.schema_keywords import unenforced_keyword
+from reference_server.engine.closed_schema import closed
+from reference_server.engine.gbnf import GbnfError, gbnf_to_lark
 from reference_server.ipc import Constraint
 from reference_server.models.tokenizer import TokenizerBundle
 
-DEFAULT_CACHE_ENTRIES = 256  # compiled grammars kept; a JSON-object grammar is about 60 KB
-COMPILE_THREADS = 2  # xgrammar's own threads per compile: the engine's step needs the cores
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
+log = logging.getLogger("lmrpc.engine")
+
+DEFAULT_CACHE_ENTRIES = 256  # compiled grammars kept
 MAX_ERROR_CHARS = 300
-JSON_OBJECT_SCHEMA = '{"type": "object"}'  # xgrammar's builtin JSON grammar also allows arrays
+JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 # JSON as {"a": 1, "b": [2]}, no free whitespace: with it a small model may write newlines until
 # max_tokens instead of closing the document
-JSON_ANY_WHITESPACE = False
+JSON_LAYOUT: JsonCompileOptions = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+}
+# llguidance reads its own options from a schema's top-level "x-guidance" (among them "lenient",
+# which would let unenforceable keywords through); to JSON Schema it is an annotation, so dropped
+LLGUIDANCE_OPTIONS_KEY = "x-guidance"
 FIELD_OF_KIND = {
     "json_schema": "constraint.json_schema",
     "json_object": "constraint.json_object",
@@ -51,9 +85,14 @@ REFUSAL_OF_KIND = {
     "ebnf": "does not parse",
     "choice": "does not compile",
 }
-# "[04:27:03] /project/cpp/regex_converter.cc:83: " and "Check failed: (x) is false: "
-_XGRAMMAR_PREFIX = re.compile(r"^\[[0-9:.]+\] \S+:\d+: (?:Check failed: .*? is false: )?")
-_BIT = torch.arange(32, dtype=torch.int32)
+CANNOT_ENFORCE = "which this server cannot enforce"
+# llguidance's refusals of a schema it cannot enforce, each said as the keyword it names (CONSTRAIN-4)
+_UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[(.*)\]")
+_ONE_OF = re.compile(r"oneOf constraints are not supported")
+_FORMAT = re.compile(r"Unknown format: (.*)")
+_REMOTE_REF = re.compile(r"Resource '(.*?)' is not present in a registry")
+_POSITION = re.compile(r"^(?:at )?\d+\(\d+\): ")  # "at 1(8): ": a place in llguidance's own grammar text
+_DETAIL = re.compile(r"^error: (.+)$", re.M)  # the regex parser's one line under its drawing of the place
 
 
 class ConstraintError(ValueError):
@@ -67,46 +106,70 @@ class ConstraintError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Grammar:
-    """A compiled constraint for one vocabulary, shared read-only by every output that uses it."""
+    """A compiled constraint for one vocabulary, shared read-only by every output that uses it:
+    a matcher at the grammar's start, which each output copies. ``definition``: the grammar as
+    llguidance reads it (what a test or bench builds a matcher of its own from)."""
 
-    compiled: xgr.CompiledGrammar
+    start: LLMatcher
+    definition: str
     vocab_size: int
+    eos_token_ids: frozenset[int]
 
     def matcher(self) -> OutputGrammar:
-        return OutputGrammar(xgr.GrammarMatcher(self.compiled), self.vocab_size)
+        return OutputGrammar(self.start.deep_copy(), self.vocab_size, self.eos_token_ids)
 
 
 class OutputGrammar:
     """One output's place in its grammar."""
 
-    def __init__(self, matcher: xgr.GrammarMatcher, vocab_size: int) -> None:
+    def __init__(self, matcher: LLMatcher, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
         self._matcher = matcher
         self._vocab_size = vocab_size
-        self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        self._eos_token_ids = eos_token_ids
+        self._bitmask = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+        self._terminated = False
+        self._failed = False
 
     def allowed_tokens(self) -> torch.Tensor:
         """bool [vocab_size] on the CPU: True for each token the grammar allows next."""
-        self._matcher.fill_next_token_bitmask(self._bitmask)
-        return unpack_bitmask(self._bitmask[0], self._vocab_size)
+        self._matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
+        if self._matcher.is_error() and not self._failed:
+            # past llguidance's bounds on one mask's work: the mask allows only EOS, so the output
+            # ends there instead of the engine's step raising for every request in it
+            self._failed = True
+            log.error("a constrained output ends early: %s", clean_error(self._matcher.get_error()))
+        return unpack_bitmask(self._bitmask, self._vocab_size)
 
     def accept(self, token_id: int) -> None:
         """Advance past a sampled token, which the mask allowed."""
-        if not self._matcher.accept_token(token_id):
-            raise RuntimeError(f"the grammar refused token {token_id}, which its own mask allowed")
+        if self._failed and token_id in self._eos_token_ids:
+            self._terminated = True  # the EOS its failed mask allowed: the output ends here
+            return
+        if not self._matcher.consume_token(token_id):
+            raise RuntimeError(
+                f"the grammar refused token {token_id}, which its own mask allowed: "
+                f"{clean_error(self._matcher.get_error())}"
+            )
+        self._terminated = token_id in self._eos_token_ids
 
     @property
     def terminated(self) -> bool:
-        """The grammar accepted its EOS token: the output is a complete text of the constraint."""
-        return bool(self._matcher.is_terminated())
+        """The grammar accepted an EOS token: the output is a complete text of the constraint.
+        (llguidance's own is_stopped() is already true before, where only EOS may follow.)"""
+        return self._terminated
 
     def fork(self) -> OutputGrammar:
         """An independent copy in the same state (the n outputs of one prompt)."""
-        return OutputGrammar(self._matcher.fork(), self._vocab_size)
+        copy = OutputGrammar(self._matcher.deep_copy(), self._vocab_size, self._eos_token_ids)
+        copy._terminated, copy._failed = self._terminated, self._failed
+        return copy
 
 
-def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """xgrammar's packed mask (int32 words, token j at bit j % 32 of word j // 32) as bools."""
-    return ((bitmask.view(-1, 1) >> _BIT) & 1).view(-1)[:vocab_size].bool()
+def unpack_bitmask(bitmask: np.ndarray, vocab_size: int) -> torch.Tensor:
+    """llguidance's packed mask (uint32 words, token j at bit j % 32 of word j // 32) as bools."""
+    little = bitmask.astype("<u4", copy=False)  # the words' own bytes, on a little-endian host
+    bits = np.unpackbits(little.view(np.uint8), count=vocab_size, bitorder="little")
+    return torch.from_numpy(bits.view(np.bool_))
 
 
 class GrammarCompiler:
@@ -120,9 +183,8 @@ class GrammarCompiler:
         self.vocab_size = vocab_size
         self.max_entries = max_entries
         self.compilations = 0  # constraints compiled (not served from the cache)
-        self._compiler = xgr.GrammarCompiler(
-            tokenizer_info(tokenizer, vocab_size), max_threads=COMPILE_THREADS, cache_enabled=False
-        )
+        self._tokenizer = grammar_tokenizer(tokenizer, vocab_size)
+        self._eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self._lock = threading.Lock()
         self._entries: OrderedDict[Constraint, Future[Grammar]] = OrderedDict()
 
@@ -139,7 +201,7 @@ class GrammarCompiler:
                 self._entries.move_to_end(constraint)
         if owner:
             try:
-                entry.set_result(Grammar(self._compile(constraint), self.vocab_size))
+                entry.set_result(self._compile(constraint))
             except ConstraintError as exc:
                 entry.set_exception(exc)
             finally:
@@ -155,83 +217,106 @@ class GrammarCompiler:
             return None
         return entry.result()
 
-    def _compile(self, constraint: Constraint) -> xgr.CompiledGrammar:
-        field = FIELD_OF_KIND[constraint.kind]
-        try:
-            match constraint.kind:
-                case "json_schema":
-                    _check_json(constraint.definition, field)
-                    return self._compiler.compile_json_schema(
-                        constraint.definition, any_whitespace=JSON_ANY_WHITESPACE
-                    )
-                case "json_object":
-                    return self._compiler.compile_json_schema(
-                        JSON_OBJECT_SCHEMA, any_whitespace=JSON_ANY_WHITESPACE
-                    )
-                case "regex":
-                    return self._compiler.compile_regex(constraint.definition)
-                case "ebnf":
-                    return self._compiler.compile_grammar(constraint.definition)
-                case "choice":
-                    return self._compiler.compile_grammar(choice_grammar(constraint.choices))
-        except RuntimeError as exc:
-            raise ConstraintError(
-                field, f"{REFUSAL_OF_KIND[constraint.kind]}: {clean_error(str(exc))}"
-            ) from None
+    def _compile(self, constraint: Constraint) -> Grammar:
+        definition = grammar_definition(constraint)
+        start = LLMatcher(self._tokenizer, definition, log_level=0)  # releases the GIL while it builds
+        if start.is_error():
+            raise ConstraintError(FIELD_OF_KIND[constraint.kind], refusal(constraint.kind, start.get_error()))
+        return Grammar(start, definition, self.vocab_size, self._eos_token_ids)
 
 
-def tokenizer_info(tokenizer: TokenizerBundle, vocab_size: int) -> xgr.TokenizerInfo:
-    """The vocabulary as xgrammar reads it, ``vocab_size`` wide (the model's logits; ids the
-    tokenizer lacks are padding). Every added token is given as an empty string, which xgrammar
-    takes for a special token and never allows, except the EOS tokens, its stop tokens. How the
-    vocabulary spells bytes (byte-level as GPT-2, byte fallback with "▁" spaces as Llama 2, or
-    raw) is read from the tokenizer's pipeline as xgrammar's own Hugging Face loader reads it."""
-    backend = tokenizer.tokenizer
-    added = backend.get_added_tokens_decoder()
-    vocab = [
-        "" if token_id in added else backend.id_to_token(token_id) or ""
-        for token_id in range(min(tokenizer.vocab_size, vocab_size))
-    ]
-    # private, but what TokenizerInfo.from_huggingface itself calls (xgrammar is pinned, setup.sh)
-    metadata = xgr.TokenizerInfo._detect_metadata_from_hf(backend.to_str())
-    return xgr.TokenizerInfo(
-        vocab,
-        vocab_type=metadata["vocab_type"],
-        vocab_size=vocab_size,
-        stop_token_ids=list(tokenizer.eos_token_ids),
-        add_prefix_space=metadata["add_prefix_space"],
+def grammar_tokenizer(tokenizer: TokenizerBundle, vocab_size: int) -> LLTokenizer:
+    """The vocabulary as llguidance reads it, ``vocab_size`` wide (the model's logits; ids past
+    the tokenizer's are padding, as special tokens). llguidance reads the tokenizer's JSON, and
+    from its pipeline how the vocabulary spells bytes (byte-level as GPT-2, byte fallback with
+    "▁" spaces as Llama 2, or raw); it takes every added token, special or not, for a special
+    token, which no grammar allows, and the EOS tokens for the ones a complete text ends with."""
+    return LLTokenizer(
+        tokenizer.tokenizer.to_str(), n_vocab=vocab_size, eos_token=list(tokenizer.eos_token_ids)
     )
+
+
+def grammar_definition(constraint: Constraint) -> str:
+    """The constraint as an llguidance grammar, not yet compiled; raises ConstraintError for one
+    that is not even that (a schema that is not JSON, an EBNF that does not parse)."""
+    field = FIELD_OF_KIND[constraint.kind]
+    match constraint.kind:
+        case "json_schema":
+            schema = _schema(constraint.definition, field)
+            try:
+                return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_LAYOUT)
+            except ValueError as exc:
+                raise ConstraintError(
+                    field, f"{REFUSAL_OF_KIND['json_schema']}: {clean_error(str(exc))}"
+                ) from None
+        case "json_object":
+            return LLMatcher.grammar_from_json_schema(JSON_OBJECT_SCHEMA, overrides=JSON_LAYOUT)
+        case "regex":
+            return LLMatcher.grammar_from_regex(constraint.definition)
+        case "ebnf":
+            try:
+                return LLMatcher.grammar_from_lark(gbnf_to_lark(constraint.definition))
+            except GbnfError as exc:
+                raise ConstraintError(field, f"{REFUSAL_OF_KIND['ebnf']}: {exc}") from None
+        case "choice":
+            return LLMatcher.grammar_from_lark(choice_grammar(constraint.choices))
+    raise AssertionError(constraint.kind)
 
 
 def choice_grammar(choices: tuple[str, ...]) -> str:
-    """An EBNF grammar whose sentences are exactly the choices."""
-    return "root ::= " + " | ".join(_ebnf_literal(choice) for choice in choices)
+    """A Lark grammar whose sentences are exactly the choices: each one string, its characters
+    JSON-escaped, so none of them means anything to the grammar."""
+    return "start: " + " | ".join(json.dumps(choice) for choice in choices)
 
 
-def _ebnf_literal(text: str) -> str:
-    # \uXXXX has a fixed width; \xNN would also swallow a hex digit that follows it
-    escaped = "".join(
-        "\\" + ch if ch in '"\\' else f"\\u{ord(ch):04x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch
-        for ch in text
-    )
-    return f'"{escaped}"'
-
-
-def _check_json(text: str, field: str) -> None:
+def _schema(text: str, field: str) -> dict[str, Any]:
     try:
-        schema = json.loads(text)
+        schema = json.loads(text, parse_constant=_not_json)
     except ValueError as exc:
         raise ConstraintError(field, f"is not JSON: {exc}") from None
-    unenforced = unenforced_keyword(schema)
-    if unenforced is not None:
-        raise ConstraintError(field, f"uses {unenforced}, which this server cannot enforce")
+    if schema is True:
+        return {}
+    if schema is False:
+        raise ConstraintError(field, "is false: no document is valid against it")
+    if not isinstance(schema, dict):
+        raise ConstraintError(
+            field,
+            f"{REFUSAL_OF_KIND['json_schema']}: a schema is an object or a boolean, not {type(schema).__name__}",
+        )
+    schema.pop(LLGUIDANCE_OPTIONS_KEY, None)
+    return closed(schema)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def refusal(kind: str, message: str) -> str:
+    """Why llguidance refused to compile a constraint, as the client reads it: a schema keyword
+    it cannot enforce as that keyword (CONSTRAIN-4), anything else cleaned (``clean_error``)."""
+    text = clean_error(message)
+    if kind == "json_schema":
+        if found := _UNIMPLEMENTED.fullmatch(text):
+            keywords = ", ".join(repr(k) for k in json.loads(f"[{found.group(1)}]"))
+            return f"uses {keywords}, {CANNOT_ENFORCE}"
+        if _ONE_OF.match(text):
+            return f"uses 'oneOf' with branches one document could match together, {CANNOT_ENFORCE}"
+        if found := _FORMAT.fullmatch(text):
+            return f"uses 'format': {found.group(1)!r}, {CANNOT_ENFORCE}"
+        if found := _REMOTE_REF.match(text):
+            return f"uses '$ref' to another document ({found.group(1)!r}), {CANNOT_ENFORCE}"
+        if "regex parse error" in message:
+            return f"{REFUSAL_OF_KIND[kind]}: a pattern does not compile: {text}"
+    return f"{REFUSAL_OF_KIND[kind]}: {text}"
 
 
 def clean_error(message: str) -> str:
-    """xgrammar's message without its C++ log prefix, the schema it echoes, or a length past
-    MAX_ERROR_CHARS."""
-    text = _XGRAMMAR_PREFIX.sub("", message.strip())
-    text = text.split(" The JSON string is:", 1)[0].strip()
+    """llguidance's message as one line: the regex parser's line that says what is wrong rather
+    than its drawing of where, no place in llguidance's own grammar text, no parser state, at
+    most MAX_ERROR_CHARS."""
+    detail = _DETAIL.search(message)
+    text = detail.group(1) if detail is not None else message.strip().split("\n", 1)[0]
+    text = _POSITION.sub("", text.strip())
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 3] + "..."
     return text

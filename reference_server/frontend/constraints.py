@@ -2,9 +2,9 @@
 
 The constraint is compiled in a worker thread against the vocabulary the engine serves, each
 distinct constraint once (``engine/constraints.GrammarCompiler`` caches grammars and errors alike);
-the scheduler compiles it once more for itself. Handing it the compiled grammar instead would
-send 1-200 KB of token masks per request over IPC to save a compile that its cache makes once
-per constraint. xgrammar is loaded at the first constraint, in that thread.
+the scheduler compiles it once more for itself: a compiled grammar (an llguidance matcher) does
+not cross a process, and compiling again costs a few milliseconds, which its cache spends once
+per constraint. llguidance is loaded at the first constraint, in that thread.
 """
 
 from __future__ import annotations
