@@ -218,11 +218,11 @@ class GrammarCompiler:
         return entry.result()
 
     def _compile(self, constraint: Constraint) -> Grammar:
-        definition = grammar_definition(constraint)
-        start = LLMatcher(self._tokenizer, definition, log_level=0)  # releases the GIL while it builds
-        if start.is_error():
-            raise ConstraintError(FIELD_OF_KIND[constraint.kind], refusal(constraint.kind, start.get_error()))
-        return Grammar(start, definition, self.vocab_size, self._eos_token_ids)
+        for definition in grammar_definitions(constraint):
+            start = LLMatcher(self._tokenizer, definition, log_level=0)  # releases the GIL while it builds
+            if not start.is_error():
+                return Grammar(start, definition, self.vocab_size, self._eos_token_ids)
+        raise ConstraintError(FIELD_OF_KIND[constraint.kind], refusal(constraint.kind, start.get_error()))
 
 
 def grammar_tokenizer(tokenizer: TokenizerBundle, vocab_size: int) -> LLTokenizer:
@@ -236,30 +236,33 @@ def grammar_tokenizer(tokenizer: TokenizerBundle, vocab_size: int) -> LLTokenize
     )
 
 
-def grammar_definition(constraint: Constraint) -> str:
-    """The constraint as an llguidance grammar, not yet compiled; raises ConstraintError for one
-    that is not even that (a schema that is not JSON, an EBNF that does not parse)."""
+def grammar_definitions(constraint: Constraint) -> tuple[str, ...]:
+    """The constraint as llguidance grammars, not yet compiled, the one to serve first: an EBNF
+    with its runs of text fused into lexemes, then (should llguidance's bounds refuse the
+    fused regexes) the same a character at a time. Raises ConstraintError for one that is not
+    even that (a schema that is not JSON, an EBNF that does not parse)."""
     field = FIELD_OF_KIND[constraint.kind]
     match constraint.kind:
         case "json_schema":
             schema = _schema(constraint.definition, field)
             try:
-                return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_LAYOUT)
+                return (LLMatcher.grammar_from_json_schema(schema, overrides=JSON_LAYOUT),)
             except ValueError as exc:
                 raise ConstraintError(
                     field, f"{REFUSAL_OF_KIND['json_schema']}: {clean_error(str(exc))}"
                 ) from None
         case "json_object":
-            return LLMatcher.grammar_from_json_schema(JSON_OBJECT_SCHEMA, overrides=JSON_LAYOUT)
+            return (LLMatcher.grammar_from_json_schema(JSON_OBJECT_SCHEMA, overrides=JSON_LAYOUT),)
         case "regex":
-            return LLMatcher.grammar_from_regex(constraint.definition)
+            return (LLMatcher.grammar_from_regex(constraint.definition),)
         case "ebnf":
             try:
-                return LLMatcher.grammar_from_lark(gbnf_to_lark(constraint.definition))
+                fused, plain = (gbnf_to_lark(constraint.definition, fuse=f) for f in (True, False))
             except GbnfError as exc:
                 raise ConstraintError(field, f"{REFUSAL_OF_KIND['ebnf']}: {exc}") from None
+            return tuple(dict.fromkeys(LLMatcher.grammar_from_lark(g) for g in (fused, plain)))
         case "choice":
-            return LLMatcher.grammar_from_lark(choice_grammar(constraint.choices))
+            return (LLMatcher.grammar_from_lark(choice_grammar(constraint.choices)),)
     raise AssertionError(constraint.kind)
 
 

@@ -30,6 +30,7 @@ from reference_server.engine.constraints import (
     grammar_tokenizer,
     unpack_bitmask,
 )
+from reference_server.engine.gbnf import gbnf_to_lark
 from reference_server.ipc import Constraint
 from reference_server.models.tokenizer import TokenizerBundle, _bundle
 
@@ -434,11 +435,11 @@ def test_an_output_grammar_allows_only_eos_once_complete(
 
 
 def test_a_grammar_past_its_limits_ends_the_output_instead_of_the_server(
-    compiler: GrammarCompiler, tokenizer: TokenizerBundle, own_tokenizer: LLTokenizer
+    tokenizer: TokenizerBundle, own_tokenizer: LLTokenizer
 ) -> None:
     """llguidance bounds each mask's work; a matcher past its bounds allows only EOS, and the
     output then ends there (logged) rather than raising in the engine's step."""
-    definition = compiler.compile(Constraint("ebnf", 'root ::= x "a"\nx ::= [a-z]+')).definition
+    definition = LLMatcher.grammar_from_lark(gbnf_to_lark("root ::= [a-z]+", fuse=False))
     tight = LLMatcher(own_tokenizer, definition, log_level=0, limits=LLParserLimits(step_max_items=3))
     out = OutputGrammar(tight, tokenizer.vocab_size, frozenset(tokenizer.eos_token_ids))
     assert out.allowed_tokens().nonzero().flatten().tolist() == list(tokenizer.eos_token_ids)
