@@ -26,6 +26,7 @@
 typedef uint16_t bf16;
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 typedef struct {
     int32_t num_layers, hidden, intermediate, num_heads, num_kv_heads, head_dim, vocab;
@@ -1146,6 +1147,137 @@ static void rotate(float *x, const float *cos, const float *sin, int half) {
 
 /* ── the forward pass ────────────────────────────────────────────────────────────────────── */
 
+/* an attention unit: a prompt chunk for one KV head (its rows share the gathered keys), or a lone
+ * row for kv_count KV heads from kv_first on */
+typedef struct {
+    int chunk, kv_first, kv_count;
+} attention_unit;
+
+/* the scratch memory of a step (scratch_alloc): the token rows' buffers, then each worker's
+ * attention buffers, each *_each elements apart */
+typedef struct {
+    float *x;             /* [T, H]: the residual stream */
+    float *y;             /* [T, max(QKV, 2 * I, H)]: a projection's output */
+    bf16 *act;            /* [T, max(I, QS)]: the attention's output, then the MLP's */
+    bf16 *normed;         /* [T, H] */
+    bf16 *q;              /* [T, QS]: the rotated, pre-scaled queries */
+    float *sums;          /* [T, max(I, QS, H) / GROUP + 1]: project's */
+    attention_unit *units; /* [num_chunks * KVH + 1] */
+    /* a gathered chunk's keys and values (8-bit KV: key blocks of codes and pairs of int16 codes) */
+    bf16 *keys_t, *values_t; /* [padded_max, D] each */
+    /* 8-bit KV: each worker's query codes and scales, and the key and value scales of every KV head */
+    int16_t *query_codes; /* [QH * D + QH * 2] */
+    float *scales;        /* [2 * KVH, padded_max + 16] */
+    int32_t *key_rows;    /* [padded_max + PREFETCH_KEYS + 32] */
+    float *scores;        /* [QH, padded_max + 16] */
+    bf16 *probs;          /* [QH, padded_max + 16] (8-bit KV: int16 weights) */
+    float *accs;          /* [QH, D + 17]: acc, then max and 1 / sum */
+    int padded_max;       /* the longest sequence's length, rounded up to 16 */
+    size_t kv_each, query_each, scale_each, rows_each, head_each, acc_each;
+} lm_scratch;
+
+static void scratch_free(lm_scratch *s) {
+    free(s->x); free(s->y); free(s->act); free(s->normed); free(s->q); free(s->sums); free(s->units);
+    free(s->keys_t); free(s->values_t); free(s->query_codes); free(s->scales); free(s->key_rows);
+    free(s->scores); free(s->probs); free(s->accs);
+}
+
+/* s sized for a step of T tokens at these positions in num_chunks chunks, on `threads` workers; 0, or
+ * -1 with nothing left allocated. One allocation per buffer, as before, so none moves: keys_t is
+ * 64-byte aligned for the aligned loads and stores of an 8-bit chunk's key blocks */
+static int scratch_alloc(lm_scratch *s, const lm_model *md, int T, const int64_t *positions, int num_chunks,
+                         int threads) {
+    const int H = md->hidden, I = md->intermediate, D = md->head_dim, QH = md->num_heads, KVH = md->num_kv_heads;
+    const int QKV = (QH + 2 * KVH) * D, QS = QH * D, workers = threads > 1 ? threads : 1;
+    const int widest = MAX(MAX(QKV, 2 * I), H), deepest = MAX(MAX(I, QS), H);
+    int max_len = 0;
+    for (int t = 0; t < T; t++) max_len = positions[t] + 1 > max_len ? (int)positions[t] + 1 : max_len;
+    s->padded_max = (max_len + 15) & ~15;
+    s->kv_each = (size_t)s->padded_max * D;
+    s->query_each = (size_t)(QH * D + QH * 2);
+    s->scale_each = (size_t)2 * KVH * (s->padded_max + 16);
+    s->rows_each = (size_t)s->padded_max + PREFETCH_KEYS + 32;
+    s->head_each = (size_t)QH * (s->padded_max + 16);
+    s->acc_each = (size_t)QH * (D + 17);
+    s->x = malloc(sizeof(float) * T * H);
+    s->y = malloc(sizeof(float) * T * widest);
+    s->act = malloc(sizeof(bf16) * T * MAX(I, QS));
+    s->normed = malloc(sizeof(bf16) * T * H);
+    s->q = malloc(sizeof(bf16) * T * QS);
+    s->sums = malloc(sizeof(float) * T * (deepest / GROUP + 1));
+    s->units = malloc(sizeof(attention_unit) * ((size_t)num_chunks * KVH + 1));
+    s->keys_t = aligned_alloc(64, sizeof(bf16) * s->kv_each * workers);
+    s->values_t = malloc(sizeof(bf16) * s->kv_each * workers);
+    s->query_codes = malloc(sizeof(int16_t) * s->query_each * workers);
+    s->scales = malloc(sizeof(float) * s->scale_each * workers);
+    s->key_rows = malloc(sizeof(int32_t) * s->rows_each * workers);
+    s->scores = malloc(sizeof(float) * s->head_each * workers);
+    s->probs = malloc(sizeof(bf16) * s->head_each * workers);
+    s->accs = malloc(sizeof(float) * s->acc_each * workers);
+    if (s->x && s->y && s->act && s->normed && s->q && s->sums && s->units && s->keys_t && s->values_t &&
+        s->query_codes && s->scales && s->key_rows && s->scores && s->probs && s->accs)
+        return 0;
+    scratch_free(s);
+    return -1;
+}
+
+/* a step's attention units into units; returns how many. A lone row takes all its KV heads at once,
+ * or one unit per KV head when there are too few lone rows to keep the threads busy */
+static int plan_units(int num_chunks, const int64_t *chunk_starts, int KVH, int threads, attention_unit *units) {
+    int lone = 0, num_units = 0;
+    for (int c = 0; c < num_chunks; c++) lone += chunk_starts[c + 1] - chunk_starts[c] == 1;
+    const int lone_split = lone < threads ? KVH : 1;
+    for (int c = 0; c < num_chunks; c++) {
+        const int parts = chunk_starts[c + 1] - chunk_starts[c] == 1 ? lone_split : KVH;
+        for (int part = 0; part < parts; part++)
+            units[num_units++] = (attention_unit){c, part * (KVH / parts), KVH / parts};
+    }
+    return num_units;
+}
+
+/* one attention unit of a layer, on worker `worker`'s buffers of s: the queries of s->q into s->act,
+ * over an 8-bit KV cache (attend8_unit), for a lone row straight from the pool (attend_direct), or for a
+ * prompt chunk's rows over its keys gathered once (attend_gathered) */
+static void attend_unit(const lm_model *md, int layer, const lm_scratch *s, int worker, attention_unit unit,
+                        const int64_t *positions, const int64_t *chunk_starts, const int64_t *chunk_rows) {
+    const int D = md->head_dim, QH = md->num_heads, KVH = md->num_kv_heads, group = QH / KVH, QS = QH * D;
+    const int c = unit.chunk, first = (int)chunk_starts[c], count = (int)(chunk_starts[c + 1] - chunk_starts[c]);
+    const int length = (int)positions[first + count - 1] + 1;
+    const int32_t *slots = md->slot_table + (size_t)chunk_rows[c] * md->table_width;
+    float *acc = s->accs + (size_t)worker * s->acc_each;
+    if (md->kv_format == KV_INT8) {
+        attend8_unit(md, layer, unit.kv_first, unit.kv_count, slots, positions + first, count,
+                     s->q + (size_t)first * QS, s->act + (size_t)first * QS,
+                     (kv8_buffers){s->query_codes + (size_t)worker * s->query_each,
+                                   s->scores + (size_t)worker * s->head_each,
+                                   (int16_t *)s->probs + (size_t)worker * s->head_each, acc,
+                                   s->scales + (size_t)worker * s->scale_each,
+                                   s->key_rows + (size_t)worker * s->rows_each,
+                                   (v16i *)(s->keys_t + (size_t)worker * s->kv_each),
+                                   (int16_t *)s->values_t + (size_t)worker * s->kv_each});
+        return;
+    }
+    const row_scratch w = {s->scores + (size_t)worker * s->head_each, s->probs + (size_t)worker * s->head_each, acc,
+                           acc + (size_t)QH * D, acc + (size_t)QH * D + QH};
+    kv_view views[KVH];
+    for (int kv = 0; kv < KVH; kv++)
+        views[kv] = (kv_view){NULL, NULL, (length + 15) & ~15, (const int32_t *)md->k_pool[layer],
+                              (const bf16 *)md->v_pool[layer], slots, KVH, kv};
+    if (count == 1) {
+        const size_t heads = (size_t)first * QS + (size_t)unit.kv_first * group * D;
+        attend_direct(views + unit.kv_first, unit.kv_count, s->q + heads, group, D, length, &w, s->act + heads);
+        return;
+    }
+    kv_view *view = &views[unit.kv_first];
+    view->keys_t = s->keys_t + (size_t)worker * s->kv_each;
+    view->values_t = s->values_t + (size_t)worker * s->kv_each;
+    gather_keys(md, layer, slots, length, unit.kv_first, view);
+    for (int t = first; t < first + count; t++) {
+        const size_t heads = (size_t)t * QS + (size_t)unit.kv_first * group * D;
+        attend_gathered(view, s->q + heads, group, D, (int)positions[t] + 1, &w, s->act + heads);
+    }
+}
+
 /* T new tokens in chunks: chunk c is tokens chunk_starts[c] .. chunk_starts[c+1]-1, consecutive
  * positions of the sequence on slot-table row chunk_rows[c] (already mapping every position,
  * the new ones to new_slots). Writes the tokens' K/V; logits [num_logits, vocab] for the tokens
@@ -1155,7 +1287,7 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
                int num_chunks, const int64_t *chunk_starts, const int64_t *chunk_rows, const int64_t *new_slots,
                int num_logits, const int64_t *logit_tokens, float *logits, int threads) {
     const int H = md->hidden, I = md->intermediate, D = md->head_dim, half = D / 2;
-    const int QH = md->num_heads, KVH = md->num_kv_heads, group = QH / KVH;
+    const int QH = md->num_heads, KVH = md->num_kv_heads;
     const int QKV = (QH + 2 * KVH) * D, QS = QH * D, KVS = KVH * D;
     const float scale = 1.0f / sqrtf((float)D);
     if (D > MAX_HEAD_DIM || T < 1) return -2;
@@ -1163,69 +1295,27 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
         if (token_ids[t] < 0 || token_ids[t] >= md->vocab || positions[t] < 0 || positions[t] >= md->max_positions ||
             positions[t] >= md->table_width)
             return -2;
-    int max_len = 0;
-    for (int t = 0; t < T; t++) max_len = positions[t] + 1 > max_len ? (int)positions[t] + 1 : max_len;
-    const int padded_max = (max_len + 15) & ~15, workers = threads > 1 ? threads : 1;
-    int widest = QKV > 2 * I ? QKV : 2 * I, deepest = I > QS ? I : QS;
-    deepest = deepest > H ? deepest : H;
-    float *x = malloc(sizeof(float) * T * H);
-    float *y = malloc(sizeof(float) * T * (widest > H ? widest : H));
-    bf16 *act = malloc(sizeof(bf16) * T * (I > QS ? I : QS));
-    bf16 *normed = malloc(sizeof(bf16) * T * H);
-    bf16 *q = malloc(sizeof(bf16) * T * QS);
-    const int kv8 = md->kv_format == KV_INT8;
-    /* a gathered chunk's keys and values (8-bit KV: key blocks of codes and pairs of int16 codes) */
-    bf16 *keys_t = aligned_alloc(64, sizeof(bf16) * (size_t)padded_max * D * workers);
-    bf16 *values_t = malloc(sizeof(bf16) * (size_t)padded_max * D * workers);
-    /* 8-bit KV: each worker's query codes and scales, and the key and value scales of every KV head */
-    const size_t scale_scratch = (size_t)2 * KVH * (padded_max + 16);
-    int16_t *query_codes = malloc(sizeof(int16_t) * (size_t)(QH * D + QH * 2) * workers);
-    float *scales = malloc(sizeof(float) * scale_scratch * workers);
-    const size_t row_scratch_size = (size_t)padded_max + PREFETCH_KEYS + 32;
-    int32_t *key_rows = malloc(sizeof(int32_t) * row_scratch_size * workers);
-    const size_t head_scratch = (size_t)QH * (padded_max + 16), acc_scratch = (size_t)QH * (D + 17);
-    float *scores = malloc(sizeof(float) * head_scratch * workers);
-    bf16 *probs = malloc(sizeof(bf16) * head_scratch * workers);
-    float *accs = malloc(sizeof(float) * acc_scratch * workers);
-    float *sums = malloc(sizeof(float) * T * (deepest / GROUP + 1));
-    /* attention units: a prompt chunk per KV head (its rows share the gathered keys); a lone row for all
-     * its KV heads at once, or per KV head when there are too few lone rows to keep the threads busy */
-    int lone = 0;
-    for (int c = 0; c < num_chunks; c++) lone += chunk_starts[c + 1] - chunk_starts[c] == 1;
-    const int lone_split = lone < threads ? KVH : 1;
-    int *units = malloc(sizeof(int) * 2 * ((size_t)num_chunks * KVH + 1)), num_units = 0;
-    if (!x || !y || !act || !normed || !q || !keys_t || !values_t || !query_codes || !scales || !key_rows || !scores ||
-        !probs || !accs || !sums || !units) {
-        free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(query_codes);
-        free(scales); free(key_rows); free(scores); free(probs); free(accs); free(sums); free(units);
-        return -1;
-    }
-    for (int c = 0; c < num_chunks; c++) {
-        const int parts = chunk_starts[c + 1] - chunk_starts[c] == 1 ? lone_split : KVH;
-        for (int part = 0; part < parts; part++) {
-            units[2 * num_units] = c;
-            units[2 * num_units + 1] = part * (KVH / parts); /* first KV head; KVH / parts of them */
-            num_units++;
-        }
-    }
+    lm_scratch s;
+    if (scratch_alloc(&s, md, T, positions, num_chunks, threads) != 0) return -1;
+    const int num_units = plan_units(num_chunks, chunk_starts, KVH, threads, s.units), kv8 = md->kv_format == KV_INT8;
     for (int t = 0; t < T; t++) {
         if (md->embed == NULL) {
-            unpack_column(md->head_format, md->head, (int)token_ids[t], H, x + (size_t)t * H);
+            unpack_column(md->head_format, md->head, (int)token_ids[t], H, s.x + (size_t)t * H);
             continue;
         }
-        for (int i = 0; i < H; i++) x[(size_t)t * H + i] = bf16_to_f32(md->embed[(size_t)token_ids[t] * H + i]);
+        for (int i = 0; i < H; i++) s.x[(size_t)t * H + i] = bf16_to_f32(md->embed[(size_t)token_ids[t] * H + i]);
     }
 
     for (int layer = 0; layer < md->num_layers; layer++) {
-        rms_norm(x, md->input_norm[layer], normed, T, H, md->eps);
-        project(md->layer_format, md->qkv[layer], normed, sums, y, T, QKV, H, threads);
+        rms_norm(s.x, md->input_norm[layer], s.normed, T, H, md->eps);
+        project(md->layer_format, md->qkv[layer], s.normed, s.sums, s.y, T, QKV, H, threads);
         for (int t = 0; t < T; t++) {
-            float *r = y + (size_t)t * QKV;
+            float *r = s.y + (size_t)t * QKV;
             const float *cos = md->rope_cos + (size_t)positions[t] * half, *sin = md->rope_sin + (size_t)positions[t] * half;
             for (int i = 0; i + 16 <= QKV; i += 16) v16_storeu_ps(r + i, round_bf16_ps(v16_loadu_ps(r + i)));
             for (int i = QKV & ~15; i < QKV; i++) r[i] = round_bf16(r[i]);
             for (int h = 0; h < QH + KVH; h++) rotate(r + (size_t)h * D, cos, sin, half);
-            for (int i = 0; i < QS; i++) q[(size_t)t * QS + i] = f32_to_bf16(round_bf16(r[i]) * scale);
+            for (int i = 0; i < QS; i++) s.q[(size_t)t * QS + i] = f32_to_bf16(round_bf16(r[i]) * scale);
             const size_t slot = (size_t)new_slots[t];
             if (kv8) {
                 for (int kv = 0; kv < KVH; kv++) {
@@ -1248,66 +1338,29 @@ int lm_forward(const lm_model *md, int T, const int64_t *token_ids, const int64_
 #else
             const int worker = 0;
 #endif
-            const int c = units[2 * unit], kv_first = units[2 * unit + 1];
-            const int first = (int)chunk_starts[c], count = (int)(chunk_starts[c + 1] - chunk_starts[c]);
-            const int length = (int)positions[first + count - 1] + 1;
-            const int32_t *slots = md->slot_table + (size_t)chunk_rows[c] * md->table_width;
-            float *acc = accs + (size_t)worker * acc_scratch;
-            if (kv8) {
-                attend8_unit(md, layer, units[2 * unit + 1], count == 1 ? KVH / lone_split : 1, slots, positions + first,
-                             count, q + (size_t)first * QS, act + (size_t)first * QS,
-                             (kv8_buffers){query_codes + (size_t)worker * (QH * D + QH * 2),
-                                           scores + (size_t)worker * head_scratch,
-                                           (int16_t *)probs + (size_t)worker * head_scratch, acc,
-                                           scales + (size_t)worker * scale_scratch,
-                                           key_rows + (size_t)worker * row_scratch_size,
-                                           (v16i *)(keys_t + (size_t)worker * padded_max * D),
-                                           (int16_t *)values_t + (size_t)worker * padded_max * D});
-                continue;
-            }
-            const row_scratch w = {scores + (size_t)worker * head_scratch, probs + (size_t)worker * head_scratch, acc,
-                                   acc + (size_t)QH * D, acc + (size_t)QH * D + QH};
-            kv_view views[KVH];
-            for (int kv = 0; kv < KVH; kv++)
-                views[kv] = (kv_view){NULL, NULL, (length + 15) & ~15, (const int32_t *)md->k_pool[layer],
-                                      (const bf16 *)md->v_pool[layer], slots, KVH, kv};
-            if (count == 1) {
-                const int kv_count = KVH / lone_split;
-                const size_t heads = (size_t)first * QS + (size_t)kv_first * group * D;
-                attend_direct(views + kv_first, kv_count, q + heads, group, D, length, &w, act + heads);
-                continue;
-            }
-            kv_view *view = &views[kv_first];
-            view->keys_t = keys_t + (size_t)worker * padded_max * D;
-            view->values_t = values_t + (size_t)worker * padded_max * D;
-            gather_keys(md, layer, slots, length, kv_first, view);
-            for (int t = first; t < first + count; t++) {
-                const size_t heads = (size_t)t * QS + (size_t)kv_first * group * D;
-                attend_gathered(view, q + heads, group, D, (int)positions[t] + 1, &w, act + heads);
-            }
+            attend_unit(md, layer, &s, worker, s.units[unit], positions, chunk_starts, chunk_rows);
         }
-        project(md->layer_format, md->o[layer], act, sums, y, T, H, QS, threads);
-        add_rounded(x, y, (size_t)T * H);
-        rms_norm(x, md->post_norm[layer], normed, T, H, md->eps);
-        project(md->layer_format, md->gate_up[layer], normed, sums, y, T, 2 * I, H, threads);
+        project(md->layer_format, md->o[layer], s.act, s.sums, s.y, T, H, QS, threads);
+        add_rounded(s.x, s.y, (size_t)T * H);
+        rms_norm(s.x, md->post_norm[layer], s.normed, T, H, md->eps);
+        project(md->layer_format, md->gate_up[layer], s.normed, s.sums, s.y, T, 2 * I, H, threads);
         for (int t = 0; t < T; t++) {
-            const float *g = y + (size_t)t * 2 * I, *u = g + I;
+            const float *g = s.y + (size_t)t * 2 * I, *u = g + I;
             for (int i = 0; i < I; i += 16) {  /* silu(gate) * up, each rounded to bf16 as in torch */
                 v16f gate = round_bf16_ps(v16_loadu_ps(g + i));
                 v16f e = exp_ps(v16_sub_ps(v16_setzero_ps(), gate));
                 v16f silu = round_bf16_ps(v16_div_ps(gate, v16_add_ps(v16_set1_ps(1.0f), e)));
                 v16f product = v16_mul_ps(silu, round_bf16_ps(v16_loadu_ps(u + i)));
-                _mm256_storeu_si256((__m256i *)(act + (size_t)t * I + i), v16_cvtneps_pbh(product));
+                _mm256_storeu_si256((__m256i *)(s.act + (size_t)t * I + i), v16_cvtneps_pbh(product));
             }
         }
-        project(md->layer_format, md->down[layer], act, sums, y, T, H, I, threads);
-        add_rounded(x, y, (size_t)T * H);
+        project(md->layer_format, md->down[layer], s.act, s.sums, s.y, T, H, I, threads);
+        add_rounded(s.x, s.y, (size_t)T * H);
     }
-    for (int j = 0; j < num_logits; j++) memmove(x + (size_t)j * H, x + (size_t)logit_tokens[j] * H, sizeof(float) * H);
-    rms_norm(x, md->final_norm, normed, num_logits, H, md->eps);
-    project(md->head_format, md->head, normed, sums, logits, num_logits, md->vocab, H, threads);
-    free(x); free(y); free(act); free(normed); free(q); free(keys_t); free(values_t); free(query_codes); free(scales);
-    free(key_rows); free(scores); free(probs); free(accs); free(sums); free(units);
+    for (int j = 0; j < num_logits; j++) memmove(s.x + (size_t)j * H, s.x + (size_t)logit_tokens[j] * H, sizeof(float) * H);
+    rms_norm(s.x, md->final_norm, s.normed, num_logits, H, md->eps);
+    project(md->head_format, md->head, s.normed, s.sums, logits, num_logits, md->vocab, H, threads);
+    scratch_free(&s);
     return 0;
 }
 
