@@ -8,7 +8,7 @@ process (the scheduler's compile thread and IPC are not what is measured): the s
 the same max_tokens (spread over [mean/2, 3*mean/2)), ignore_eos. Constrained requests carry a
 schema whose documents are longer than max_tokens (a list of 12 people), so they also end
 LENGTH and both kinds do the same work but for the grammar: a token mask per output per step
-(xgrammar), applied in the sampler, and the sampled token fed back.
+(llguidance), applied in the sampler, and the sampled token fed back.
 
 Settings, each after a warm-up: ``plain``: c unconstrained streams (the unconstrained path);
 ``constrained``: c constrained streams; ``mixed`` (c >= 2): half of each in one batch (every step
@@ -20,8 +20,10 @@ less than the model's own time.
 
 Also reported, as CPU time: the schema's compile time, cold and from the cache; the grammar's
 work per constrained token (its mask, then feeding it the token), replayed over a generated
-output; ``sample()`` for c rows with and without masks; and the only work the unconstrained path
-gained, the sampler's look for masks (``_apply_masks``).
+output, and over a fixed text of each other kind of constraint (``REPLAYS``); ``sample()`` for c
+rows with and without masks; and the only work the unconstrained path gained, the sampler's look
+for masks (``_apply_masks``). Only ``GrammarCompiler``'s public surface is used, so the same file
+measures another tree's grammar engine (copy it into that tree's bench/).
 
 On a machine shared with other jobs, pass ``--threads 1`` (see bench/engine.py).
 """
@@ -64,6 +66,30 @@ PERSON = {
 }
 PEOPLE = json.dumps({"type": "array", "items": PERSON, "minItems": 12, "maxItems": 12})
 ASK = "Request {i}: list twelve people as JSON, each with a name, an age and a city."
+# a constraint of each other kind and a text it accepts, replayed token by token (cpu_costs)
+REPLAYS = {
+    "json_object": (
+        Constraint("json_object"),
+        '{"id": 7, "tags": ["a", "b"], "note": "The quick brown fox jumps over the lazy dog."}',
+    ),
+    "regex": (
+        Constraint("regex", r"[A-Z][a-z]+ [0-9]{3}-[0-9]{4}, [a-z]+@[a-z]+\.com"),
+        "Ann 555-0123, ann@mail.com",
+    ),
+    "choice": (Constraint("choice", choices=("red", "green", "blue", "dark red")), "dark red"),
+    "ebnf sum": (
+        Constraint("ebnf", 'root ::= "(" num (" + " num)* ")"\nnum ::= [1-9] [0-9]*'),
+        "(12 + 30 + 7 + 1234)",
+    ),
+    "ebnf words": (
+        Constraint("ebnf", 'root ::= word (" " word)* "."\nword ::= [a-z]+'),
+        "the quick brown fox jumps over the lazy dog.",
+    ),
+    "ebnf line": (
+        Constraint("ebnf", 'root ::= [^\\n]* "\\n"'),
+        "The quick brown fox jumps over the lazy dog, twice.\n",
+    ),
+}
 GREEDY = SamplingConfig(0.0, 1.0, 0, 0.0, 0.0, 0.0, 1.0, 0)
 DETOKENIZE = DetokenizeConfig(False, True, (), False, 0)
 
@@ -181,16 +207,28 @@ def median_us(run: Callable[[], object], repeats: int) -> float:
     return 1e6 * statistics.median(times)
 
 
-def cpu_costs(grammar: Grammar, tokens: list[int], vocab: int, concurrency: list[int]) -> dict[str, float]:
-    """Microseconds: the grammar's work per token, and the sampler's with and without masks."""
+def replay(grammar: Grammar, tokens: list[int]) -> None:
+    matcher = grammar.matcher()
+    for token_id in tokens:
+        matcher.allowed_tokens()
+        matcher.accept(token_id)
 
-    def replay() -> None:
-        matcher = grammar.matcher()
-        for token_id in tokens:
-            matcher.allowed_tokens()
-            matcher.accept(token_id)
 
-    costs = {"grammar per token": median_us(replay, 5) / len(tokens)}
+def cpu_costs(
+    compiler: GrammarCompiler,
+    grammar: Grammar,
+    tokens: list[int],
+    vocab: int,
+    concurrency: list[int],
+    encode: Callable[[str], list[int]],
+) -> dict[str, float]:
+    """Microseconds: the grammar's work per token (the schema's, then each replay's), and the
+    sampler's with and without masks."""
+    costs = {"grammar per token": median_us(partial(replay, grammar, tokens), 5) / len(tokens)}
+    for kind, (constraint, text) in REPLAYS.items():
+        ids = encode(text)
+        per_text = median_us(partial(replay, compiler.compile(constraint), ids), 5)
+        costs[f"  {kind} per token"] = per_text / len(ids)
     mask = grammar.matcher().allowed_tokens()
     for c in concurrency:
         logits = torch.randn(c, vocab)
@@ -239,7 +277,7 @@ def main() -> None:
         f"max_tokens ~{args.max_tokens}"
     )
     tokens = generated_tokens(engine, prompts[0], grammar, 2 * args.max_tokens)
-    costs = cpu_costs(grammar, tokens, engine.info().vocab_size, concurrency)
+    costs = cpu_costs(compiler, grammar, tokens, engine.info().vocab_size, concurrency, tokenizer.encode)
     for name, us in costs.items():
         print(f"{name:<28} {us:9.1f} us")
     clock = ForwardClock(engine)
