@@ -26,11 +26,7 @@ on each of 60,000 texts of 1,000 such random grammars, and the fused one is test
 other (``tests/unit/engine/test_gbnf.py``); should llguidance's bounds refuse the fused
 regexes, the server compiles the other. Pure text; llguidance is not imported.
 
-The syntax is llama.cpp's: ``#`` comments; a rule ends at the end of its line, except inside
-parentheses and after ``|``; strings in double quotes and character classes (``[a-z]``,
-``[^"\\\\]``) with the escapes ``\\x..``, ``\\u....``, ``\\U........``, ``\\t``, ``\\r``,
-``\\n``, ``\\\\``, ``\\"``, ``\\[``, ``\\]``; ``.`` (any character); ``*``, ``+``, ``?``,
-``{m}``, ``{m,}``, ``{m,n}``.
+The grammar is parsed by ``gbnf_syntax``.
 """
 
 from __future__ import annotations
@@ -41,57 +37,33 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-ESCAPES = {"t": "\t", "r": "\r", "n": "\n", "\\": "\\", '"': '"', "[": "[", "]": "]"}
-HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
-MAX_CODE_POINT = 0x10FFFF
+from reference_server.engine.gbnf_syntax import (
+    Alt,
+    Chars,
+    GbnfError,
+    Node,
+    Parser,
+    Ranges,
+    Ref,
+    Rep,
+    Seq,
+    children,
+    overlap,
+    union,
+    walk,
+)
+
+__all__ = ["GbnfError", "gbnf_to_lark"]
+
 MAX_FUSED_COUNT = 1000  # a bounded repetition past this stays a parser rule (O(log n) of them)
 MAX_INLINED_NODES = 256  # a rule past this stays a rule
-_NAME = re.compile(r"[A-Za-z0-9_-]+")
-_INT = re.compile(r"[0-9]+")
-
-Ranges = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive code point ranges
-
-
-class GbnfError(ValueError):
-    """Not a GBNF grammar; the message says what and where (line and column)."""
-
-
-# The grammar as a tree; nodes compare by identity (each occurrence is its own).
-@dataclass(eq=False)
-class Chars:
-    ranges: Ranges  # one character from these
-
-
-@dataclass(eq=False)
-class Seq:
-    items: list[Node]
-
-
-@dataclass(eq=False)
-class Alt:
-    options: list[Node]
-
-
-@dataclass(eq=False)
-class Rep:
-    item: Node
-    low: int
-    high: int | None  # None: no bound
-
-
-@dataclass(eq=False)
-class Ref:
-    name: str
-
-
-Node = Chars | Seq | Alt | Rep | Ref
 
 
 def gbnf_to_lark(text: str, *, fuse: bool = True) -> str:
     """The Lark grammar (llguidance's dialect) whose sentences from ``start`` are those of
     ``text`` from ``root``; ``fuse=False``: every lexeme one character, none fused (slower, and
     what the fused grammar is tested against)."""
-    rules = _Parser(text).grammar()
+    rules = Parser(text).grammar()
     if not fuse:
         return _Emitter(rules, set()).grammar()
     rules = _inlined(rules)
@@ -113,8 +85,8 @@ def _inlined(rules: dict[str, Node]) -> dict[str, Node]:
             visiting.add(name)
             body = substitute(rules[name])
             visiting.discard(name)
-            small = sum(1 for _ in _walk(body)) <= MAX_INLINED_NODES
-            expanded[name] = body if small and not any(isinstance(n, Ref) for n in _walk(body)) else None
+            small = sum(1 for _ in walk(body)) <= MAX_INLINED_NODES
+            expanded[name] = body if small and not any(isinstance(n, Ref) for n in walk(body)) else None
         return expanded[name]
 
     def substitute(node: Node) -> Node:
@@ -134,201 +106,11 @@ def _inlined(rules: dict[str, Node]) -> dict[str, Node]:
     bodies = {name: substitute(body) for name, body in rules.items()}
     reached, todo = {"root"}, ["root"]
     while todo:
-        for node in _walk(bodies[todo.pop()]):
+        for node in walk(bodies[todo.pop()]):
             if isinstance(node, Ref) and node.name not in reached:
                 reached.add(node.name)
                 todo.append(node.name)
     return {name: body for name, body in bodies.items() if name in reached}
-
-
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.pos = 0
-        self.rules: dict[str, Node] = {}  # by GBNF name, in order
-        self.used: dict[str, int] = {}  # a name referred to -> where first
-
-    def grammar(self) -> dict[str, Node]:
-        self.space(newlines=True)
-        while self.pos < len(self.text):
-            self.rule()
-            self.space(newlines=True)
-        if "root" not in self.rules:
-            raise GbnfError("no rule 'root'")
-        for name, at in self.used.items():
-            if name not in self.rules:
-                raise GbnfError(f"rule {name!r} is not defined ({self.where(at)})")
-        return self.rules
-
-    def rule(self) -> None:
-        start = self.pos
-        name = self.name()
-        self.space(newlines=False)
-        if not self.text.startswith("::=", self.pos):
-            raise GbnfError(f"expected '::=' after the rule name ({self.where()})")
-        self.pos += 3
-        self.space(newlines=True)
-        body = self.alternatives(nested=False)
-        if self.pos < len(self.text) and self.text[self.pos] not in "\r\n":
-            raise GbnfError(f"unexpected {self.text[self.pos]!r} ({self.where()})")
-        if name in self.rules:
-            raise GbnfError(f"rule {name!r} is defined twice ({self.where(start)})")
-        self.rules[name] = body
-
-    def alternatives(self, *, nested: bool) -> Node:
-        options = [self.sequence(nested=nested)]
-        while self.peek() == "|":
-            self.pos += 1
-            self.space(newlines=True)
-            options.append(self.sequence(nested=nested))
-        return options[0] if len(options) == 1 else Alt(options)
-
-    def sequence(self, *, nested: bool) -> Node:
-        items: list[Node] = []
-        while True:
-            ch = self.peek()
-            item: Node
-            if ch == '"':
-                item = self.string()
-            elif ch == "[":
-                item = self.char_class()
-            elif ch == "(":
-                self.pos += 1
-                self.space(newlines=True)
-                item = self.alternatives(nested=True)
-                if self.peek() != ")":
-                    raise GbnfError(f"expected ')' ({self.where()})")
-                self.pos += 1
-            elif ch == ".":
-                self.pos += 1
-                item = Chars(((0, MAX_CODE_POINT),))
-            elif ch and _NAME.match(ch):
-                at = self.pos
-                item = Ref(self.name())
-                self.used.setdefault(item.name, at)
-            else:
-                break
-            self.space(newlines=nested)
-            while (op := self.peek()) in ("*", "+", "?", "{"):
-                self.pos += 1
-                low, high = {"*": (0, None), "+": (1, None), "?": (0, 1)}.get(op) or self.bounds()
-                item = Rep(item, low, high)
-                self.space(newlines=nested)
-            items.append(item)
-        return items[0] if len(items) == 1 else Seq(items)
-
-    def bounds(self) -> tuple[int, int | None]:
-        self.space(newlines=True)
-        low = self.integer()
-        self.space(newlines=True)
-        high: int | None = low
-        if self.peek() == ",":
-            self.pos += 1
-            self.space(newlines=True)
-            high = self.integer() if _INT.match(self.text, self.pos) else None
-            self.space(newlines=True)
-        if self.peek() != "}":
-            raise GbnfError(f"expected '}}' ({self.where()})")
-        self.pos += 1
-        if high is not None and high < low:
-            raise GbnfError(f"repetition {{{low},{high}}}: the most is less than the least")
-        return low, high
-
-    def string(self) -> Node:
-        self.pos += 1  # the opening quote
-        chars: list[Node] = []
-        while True:
-            if self.pos >= len(self.text):
-                raise GbnfError(f"unterminated string ({self.where()})")
-            if self.text[self.pos] == '"':
-                self.pos += 1
-                break
-            code = ord(self.char())
-            chars.append(Chars(((code, code),)))
-        return chars[0] if len(chars) == 1 else Seq(chars)
-
-    def char_class(self) -> Node:
-        self.pos += 1  # [
-        negated = self.peek() == "^"
-        self.pos += negated
-        ranges: list[tuple[int, int]] = []
-        while True:
-            if self.pos >= len(self.text):
-                raise GbnfError(f"unterminated character class ({self.where()})")
-            if self.text[self.pos] == "]":
-                self.pos += 1
-                break
-            low = ord(self.char())
-            high = low
-            if self.peek() == "-" and self.text[self.pos + 1 : self.pos + 2] not in ("]", ""):
-                self.pos += 1
-                high = ord(self.char())
-                if high < low:
-                    raise GbnfError(
-                        f"character range {chr(low)!r}-{chr(high)!r} is backwards ({self.where()})"
-                    )
-            ranges.append((low, high))
-        merged = _merge(ranges)
-        if negated:
-            merged = _complement(merged)
-        if not merged:
-            raise GbnfError(f"a character class that matches nothing ({self.where()})")
-        return Chars(merged)
-
-    def char(self) -> str:
-        at = self.pos
-        ch = self.text[at]
-        if ch != "\\":
-            self.pos += 1
-            return ch
-        code = self.text[at + 1 : at + 2]
-        if code in ESCAPES:
-            self.pos += 2
-            return ESCAPES[code]
-        if code in HEX_DIGITS:
-            digits = self.text[at + 2 : at + 2 + HEX_DIGITS[code]]
-            if len(digits) != HEX_DIGITS[code] or not all(c in "0123456789abcdefABCDEF" for c in digits):
-                raise GbnfError(f"\\{code} takes {HEX_DIGITS[code]} hex digits ({self.where(at)})")
-            value = int(digits, 16)
-            if value > MAX_CODE_POINT or 0xD800 <= value <= 0xDFFF:
-                raise GbnfError(f"\\{code}{digits} is not a Unicode character ({self.where(at)})")
-            self.pos += 2 + len(digits)
-            return chr(value)
-        raise GbnfError(f"unknown escape \\{code} ({self.where(at)})")
-
-    def name(self) -> str:
-        found = _NAME.match(self.text, self.pos)
-        if found is None:
-            raise GbnfError(f"expected a rule name ({self.where()})")
-        self.pos = found.end()
-        return found.group()
-
-    def integer(self) -> int:
-        found = _INT.match(self.text, self.pos)
-        if found is None:
-            raise GbnfError(f"expected a number ({self.where()})")
-        self.pos = found.end()
-        return int(found.group())
-
-    def space(self, *, newlines: bool) -> None:
-        text = self.text
-        while self.pos < len(text):
-            ch = text[self.pos]
-            if ch in " \t" or (newlines and ch in "\r\n"):
-                self.pos += 1
-            elif ch == "#":
-                while self.pos < len(text) and text[self.pos] not in "\r\n":
-                    self.pos += 1
-            else:
-                break
-
-    def peek(self) -> str:
-        return self.text[self.pos : self.pos + 1]
-
-    def where(self, at: int | None = None) -> str:
-        at = self.pos if at is None else at
-        line = self.text.count("\n", 0, at) + 1
-        return f"line {line}, column {at - (self.text.rfind(chr(10), 0, at) + 1) + 1}"
 
 
 @dataclass
@@ -341,7 +123,7 @@ class _Context:
     start: bool = False
 
     def widen(self, follow: Ranges, precede: Ranges, start: bool) -> bool:
-        wider = _Context(_union(self.follow, follow), _union(self.precede, precede), self.start or start)
+        wider = _Context(union(self.follow, follow), union(self.precede, precede), self.start or start)
         changed = wider != self
         self.follow, self.precede, self.start = wider.follow, wider.precede, wider.start
         return changed
@@ -384,7 +166,7 @@ class _Analysis:
             if self._fusable(node, lexemes):
                 fused.add(id(node))
                 return
-            for child in _children(node):
+            for child in children(node):
                 visit(child)
 
         for body in self.rules.values():
@@ -399,14 +181,14 @@ class _Analysis:
         if self.nullable[id(body)]:
             return False
         here = self.contexts[id(node)]
-        if _overlap(self._inner(lexeme), here.follow):
+        if overlap(self._inner(lexeme), here.follow):
             return False  # (2)
-        own = {id(n) for n in _walk(node)}
+        own = {id(n) for n in walk(node)}
         first = self.first[id(node)]
         for (precede, start), group in lexemes.items():  # (3)
-            if not ((here.start and start) or _overlap(here.precede, precede)):
+            if not ((here.start and start) or overlap(here.precede, precede)):
                 continue
-            if any(id(lexeme) not in own and _overlap(lexeme.ranges, first) for lexeme in group):
+            if any(id(lexeme) not in own and overlap(lexeme.ranges, first) for lexeme in group):
                 return False
         return True
 
@@ -418,18 +200,18 @@ class _Analysis:
             case Chars():
                 return ()
             case Alt(options):
-                return _union(*(self._inner(option) for option in options))
+                return union(*(self._inner(option) for option in options))
             case Rep(item, _, high):
                 again = self.first[id(item)] if high is None or high > 1 else ()
-                return _union(self._inner(item), again)
+                return union(self._inner(item), again)
             case Seq(items):
-                return _union(*(self._inner(i) for i in items), *(self.first[id(i)] for i in items[1:]))
+                return union(*(self._inner(i) for i in items), *(self.first[id(i)] for i in items[1:]))
             case Ref():
                 raise AssertionError("a node that refers to a rule is never fused")
 
     def _all(self) -> Iterator[Node]:
         for body in self.rules.values():
-            yield from _walk(body)
+            yield from walk(body)
 
     def _fix_nullable_first_last(self) -> None:
         rule_nullable = dict.fromkeys(self.rules, False)
@@ -453,7 +235,7 @@ class _Analysis:
         rule_first: dict[str, Ranges],
         rule_last: dict[str, Ranges],
     ) -> None:
-        for child in _children(node):
+        for child in children(node):
             self._facts(child, rule_nullable, rule_first, rule_last)
         key = id(node)
         match node:
@@ -464,8 +246,8 @@ class _Analysis:
                 self.first[key], self.last[key] = rule_first[name], rule_last[name]
             case Alt(options):
                 self.nullable[key] = any(self.nullable[id(o)] for o in options)
-                self.first[key] = _union(*(self.first[id(o)] for o in options))
-                self.last[key] = _union(*(self.last[id(o)] for o in options))
+                self.first[key] = union(*(self.first[id(o)] for o in options))
+                self.last[key] = union(*(self.last[id(o)] for o in options))
             case Rep(item, low, high):
                 empty = high == 0
                 self.nullable[key] = empty or low == 0 or self.nullable[id(item)]
@@ -479,7 +261,7 @@ class _Analysis:
     def _edge(self, items: list[Node], *, last: bool = False) -> Ranges:
         result: Ranges = ()
         for item in items:
-            result = _union(result, (self.last if last else self.first)[id(item)])
+            result = union(result, (self.last if last else self.first)[id(item)])
             if not self.nullable[id(item)]:
                 break
         return result
@@ -508,17 +290,17 @@ class _Analysis:
                     changed |= self._place(option, follow, precede, start, rules)
             case Rep(item, _, high):
                 again = high is None or high > 1
-                inner_follow = _union(follow, self.first[id(item)]) if again else follow
-                inner_precede = _union(precede, self.last[id(item)]) if again else precede
+                inner_follow = union(follow, self.first[id(item)]) if again else follow
+                inner_precede = union(precede, self.last[id(item)]) if again else precede
                 changed = self._place(item, inner_follow, inner_precede, start, rules)
             case Seq(items):
                 for i, item in enumerate(items):
                     before, after = items[:i], items[i + 1 :]
-                    item_follow = _union(
+                    item_follow = union(
                         self._edge(after), follow if all(self.nullable[id(a)] for a in after) else ()
                     )
                     open_before = all(self.nullable[id(b)] for b in before)
-                    item_precede = _union(self._edge(before[::-1], last=True), precede if open_before else ())
+                    item_precede = union(self._edge(before[::-1], last=True), precede if open_before else ())
                     changed |= self._place(item, item_follow, item_precede, start and open_before, rules)
         return changed
 
@@ -611,26 +393,9 @@ def _code(code: int) -> str:
     return f"\\x{{{code:X}}}"
 
 
-def _children(node: Node) -> list[Node]:
-    match node:
-        case Seq(items):
-            return items
-        case Alt(options):
-            return options
-        case Rep(item, _, _):
-            return [item]
-    return []
-
-
-def _walk(node: Node) -> Iterator[Node]:
-    yield node
-    for child in _children(node):
-        yield from _walk(child)
-
-
 def _regular(node: Node) -> bool:
     """Refers to no rule, and has no repetition too long to lex (``MAX_FUSED_COUNT``)."""
-    for part in _walk(node):
+    for part in walk(node):
         if isinstance(part, Ref) or (
             isinstance(part, Rep) and max(part.low, part.high or 0) > MAX_FUSED_COUNT
         ):
@@ -649,41 +414,4 @@ def _at_most_one_character(node: Node) -> bool:
             return high == 0 or (high == 1 and _at_most_one_character(item))
         case Seq(items):
             return not items
-    return False
-
-
-def _merge(ranges: list[tuple[int, int]]) -> Ranges:
-    merged: list[tuple[int, int]] = []
-    for low, high in sorted(ranges):
-        if merged and low <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
-        else:
-            merged.append((low, high))
-    return tuple(merged)
-
-
-def _union(*sets: Ranges) -> Ranges:
-    return _merge([r for s in sets for r in s])
-
-
-def _complement(ranges: Ranges) -> Ranges:
-    result, next_low = [], 0
-    for low, high in ranges:
-        if low > next_low:
-            result.append((next_low, low - 1))
-        next_low = high + 1
-    if next_low <= MAX_CODE_POINT:
-        result.append((next_low, MAX_CODE_POINT))
-    return tuple(result)
-
-
-def _overlap(a: Ranges, b: Ranges) -> bool:
-    i = j = 0
-    while i < len(a) and j < len(b):
-        if a[i][1] < b[j][0]:
-            i += 1
-        elif b[j][1] < a[i][0]:
-            j += 1
-        else:
-            return True
     return False

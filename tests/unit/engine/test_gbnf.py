@@ -10,7 +10,8 @@ import random
 import pytest
 from llguidance import LLMatcher, LLTokenizer
 
-from reference_server.engine.gbnf import GbnfError, _inlined, _Parser, _walk, gbnf_to_lark
+from reference_server.engine.gbnf import GbnfError, _inlined, gbnf_to_lark
+from reference_server.engine.gbnf_syntax import Parser, walk
 from reference_server.models.tokenizer import TokenizerBundle
 
 
@@ -152,6 +153,6 @@ def test_what_is_not_gbnf_is_refused_saying_where(gbnf: str, says: str) -> None:
 
 
 def test_a_rule_copied_in_leaves_each_place_its_own_nodes() -> None:
-    rules = _inlined(_Parser('root ::= w " " w "(" root ")" | w\nw ::= [a-z]+').grammar())
-    nodes = [id(node) for body in rules.values() for node in _walk(body)]
+    rules = _inlined(Parser('root ::= w " " w "(" root ")" | w\nw ::= [a-z]+').grammar())
+    nodes = [id(node) for body in rules.values() for node in walk(body)]
     assert list(rules) == ["root"] and len(nodes) == len(set(nodes))
