@@ -54,6 +54,10 @@ class DetokenizeConfig(msgspec.Struct, frozen=True):
     stop_strings: tuple[str, ...]
     include_stop_in_output: bool
     min_tokens: int  # a stop string only matches once the output has at least this many tokens
+    # Text released a whole token at a time, as vLLM's detokenizer does: a token that ends inside a
+    # character holds all its text until the character completes. A dialect whose gateway decodes
+    # the ids (vllm-engine) then ends an output where the ids hold the whole stop string.
+    whole_token_text: bool = False
 
 
 ConstraintKind = Literal["json_schema", "json_object", "regex", "ebnf", "choice"]

@@ -36,6 +36,10 @@ class OutputDecoder(Protocol):
         """Whatever is still buffered, at the end of the output."""
         ...
 
+    def inside_character(self) -> bool:
+        """The last token fed ended inside a character (its bytes are buffered)."""
+        ...
+
 
 @dataclass(frozen=True)
 class DecodeTable:
@@ -53,10 +57,13 @@ class DecodeTable:
         special_ids = frozenset(token_id for token_id, token in added.items() if token.special)
         return cls(tokenizer, byte_level_pieces(tokenizer, vocab_size), added_text, special_ids)
 
-    def decoder(self, *, skip_special_tokens: bool) -> OutputDecoder:
+    def decoder(self, *, skip_special_tokens: bool, whole_tokens: bool = False) -> OutputDecoder:
+        decoder: OutputDecoder
         if self.token_bytes is not None:
-            return ByteStreamDecoder(self, skip_special_tokens)
-        return WindowDecoder(self.tokenizer, skip_special_tokens)
+            decoder = ByteStreamDecoder(self, skip_special_tokens)
+        else:
+            decoder = WindowDecoder(self.tokenizer, skip_special_tokens)
+        return WholeTokenDecoder(decoder) if whole_tokens else decoder
 
 
 class ByteStreamDecoder:
@@ -79,6 +86,9 @@ class ByteStreamDecoder:
         text = self._utf8.decode(b"", final=True)
         self._utf8.reset()
         return text
+
+    def inside_character(self) -> bool:
+        return bool(self._utf8.getstate()[0])
 
 
 class WindowDecoder:
@@ -106,3 +116,29 @@ class WindowDecoder:
         window_text = self._decode(self._ids[self._prefix_offset :])
         self._prefix_offset = self._read_offset = len(self._ids)
         return window_text[len(prefix_text) :]
+
+    def inside_character(self) -> bool:
+        return self._read_offset < len(self._ids)  # the window holds its tokens whole already
+
+
+class WholeTokenDecoder:
+    """Text a whole token at a time: what a token completes is held with the rest of its text while
+    the token ends inside a character (vLLM's detokenizer), so text never shows part of a token."""
+
+    def __init__(self, inner: OutputDecoder) -> None:
+        self._inner = inner
+        self._held = ""
+
+    def feed(self, token_id: int) -> str:
+        self._held += self._inner.feed(token_id)
+        if self._inner.inside_character():
+            return ""
+        text, self._held = self._held, ""
+        return text
+
+    def flush(self) -> str:
+        text, self._held = self._held + self._inner.flush(), ""
+        return text
+
+    def inside_character(self) -> bool:
+        return self._inner.inside_character()

@@ -27,7 +27,9 @@ class RequestText:
     def create(cls, table: DecodeTable, rid: str, num_outputs: int, config: DetokenizeConfig) -> RequestText:
         outputs = [
             OutputText(
-                table.decoder(skip_special_tokens=config.skip_special_tokens),
+                table.decoder(
+                    skip_special_tokens=config.skip_special_tokens, whole_tokens=config.whole_token_text
+                ),
                 StopStringMatcher(config.stop_strings, include_stop=config.include_stop_in_output),
             )
             for _ in range(num_outputs)

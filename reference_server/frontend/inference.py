@@ -47,9 +47,19 @@ class InferenceService(StreamingDiscipline, InferenceServiceBase):
     def __init__(self, context: FrontendContext) -> None:
         self.ctx = context
 
-    async def generate(self, message: GenerateRequest) -> AsyncIterator[GenerateResponse]:
+    async def generate(
+        self, message: GenerateRequest, *, whole_token_text: bool = False
+    ) -> AsyncIterator[GenerateResponse]:
+        """``whole_token_text``: a dialect's choice (DetokenizeConfig); lmrpc.v1 matches stop
+        strings character by character."""
         engine = self.ctx.serving_engine()
-        plan = plan_generate(message, engine.capabilities, self.ctx.config.limits, engine.info)
+        plan = plan_generate(
+            message,
+            engine.capabilities,
+            self.ctx.config.limits,
+            engine.info,
+            whole_token_text=whole_token_text,
+        )
         check_prompt_size(message, engine.tokenizer.max_token_chars, engine.info)
         table = self.ctx.table
         if len(table) >= self.ctx.config.limits.max_waiting_requests:

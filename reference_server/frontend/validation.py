@@ -62,7 +62,12 @@ def check_request_id(request_id: str) -> str | None:
 
 
 def plan_generate(
-    request: GenerateRequest, caps: Capabilities, limits: Limits, engine: EngineInfo
+    request: GenerateRequest,
+    caps: Capabilities,
+    limits: Limits,
+    engine: EngineInfo,
+    *,
+    whole_token_text: bool = False,
 ) -> GeneratePlan:
     request_id = check_request_id(request.request_id)
     input_kind = _input_kind(request, caps)
@@ -122,6 +127,7 @@ def plan_generate(
             stop_strings=stop_strings,
             include_stop_in_output=stopping.include_stop_in_output,
             min_tokens=min_tokens,
+            whole_token_text=whole_token_text,
         ),
         top_logprobs=top_logprobs,
         return_token_ids=return_ids,

@@ -171,3 +171,41 @@ def test_min_tokens_delays_stop_strings(table: DecodeTable, tokenizer: Tokenizer
             break
     assert event is not None and event.finish == Finish("stop", stop_string="ab")
     assert event.completion_tokens >= 3
+
+
+def test_whole_token_text_matches_a_stop_only_where_a_gateway_decoding_the_ids_sees_it(
+    table: DecodeTable, tokenizer: TokenizerBundle
+) -> None:
+    """`: ` before 新: the space shares a token with 新's first byte. Character by character the
+    stop matches at that token, whose ids a gateway decoding them (holding an incomplete
+    character, as smg and vLLM do) reads as 'Repeat exactly:', no stop in it. Whole token by whole
+    token, as vLLM's detokenizer releases text, the stop matches once 新 completes: the ids then
+    hold the whole stop, and the text is cut before it all the same."""
+    ids = tokenizer.encode("Repeat exactly: 新 新")
+    assert any(tokenizer.decode([t]).endswith("\ufffd") for t in ids), "no token ends inside a character"
+
+    def run(whole_tokens: bool) -> tuple[str, list[int]]:
+        request = RequestText.create(
+            table, "r", 1, config(stop_strings=(": ",), whole_token_text=whole_tokens)
+        )
+        text, sent = "", []
+        for token_id in ids:
+            event, _ = request.process(SequenceOutput("r", 0, [token_id]))
+            assert event is not None
+            text, sent = text + event.text, sent + event.token_ids
+            if event.finish is not None:
+                return text, sent
+        raise AssertionError("the stop never matched")
+
+    def seen_by_a_gateway(token_ids: list[int]) -> str:
+        """The ids' text as an incremental decoder shows it: no token that ends inside a character."""
+        whole = [
+            k for k in range(len(token_ids) + 1) if not tokenizer.decode(token_ids[:k]).endswith("\ufffd")
+        ]
+        return tokenizer.decode(token_ids[: whole[-1]])
+
+    early_text, early_ids = run(whole_tokens=False)
+    late_text, late_ids = run(whole_tokens=True)
+    assert early_text == late_text == "Repeat exactly"
+    assert seen_by_a_gateway(early_ids) == "Repeat exactly:"  # no stop left to cut
+    assert seen_by_a_gateway(late_ids) == "Repeat exactly: 新"

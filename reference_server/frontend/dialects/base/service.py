@@ -15,7 +15,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar, cast
+from typing import ClassVar, Generic, Protocol, TypeVar, cast
 
 from grpclib import GRPCError, Status
 
@@ -94,6 +94,10 @@ class DialectBase(StreamingDiscipline, ABC, Generic[DialectRequest, DialectRespo
     """Mixed in before the generated service base:
     ``class X(DialectBase[xyz.GenerateRequest, xyz.GenerateResponse], xyz.XyzBase)``."""
 
+    # Stop strings matched on text released a whole token at a time (DetokenizeConfig), where the
+    # protocol's own engine does so and its gateway decodes the ids: vLLM's detokenizer.
+    whole_token_text: ClassVar[bool] = False
+
     def __init__(self, backend: Backend) -> None:
         self.ctx = backend.ctx
         self.inference = backend.inference
@@ -128,7 +132,10 @@ class DialectBase(StreamingDiscipline, ABC, Generic[DialectRequest, DialectRespo
         """lmrpc.v1's Generate of ``request``, each event through ``translator`` (for a dialect
         with more than one generating RPC)."""
         self._last_receive = time.time()
-        lmrpc_events = cast(AsyncGenerator[GenerateResponse], self.inference.generate(request))
+        lmrpc_events = cast(
+            AsyncGenerator[GenerateResponse],
+            self.inference.generate(request, whole_token_text=self.whole_token_text),
+        )
         async with contextlib.aclosing(lmrpc_events) as events:
             async for event in events:
                 for response in translator.translate(event):

@@ -23,6 +23,9 @@ SERVICE = "vllm.grpc.engine.VllmEngine"
 
 class VllmEngineService(SmgEngineDialect[vllm.GenerateRequest, vllm.GenerateResponse], vllm.VllmEngineBase):
     kv_events_path = f"/{SERVICE}/SubscribeKvEvents"
+    # vLLM holds a token that ends inside a character until it completes, and matches stop strings
+    # on that text: smg, decoding the ids as vLLM's engine sends them, then sees the whole stop
+    whole_token_text = True
 
     def lmrpc_request(self, message: vllm.GenerateRequest) -> GenerateRequest:
         return to_lmrpc(message)
