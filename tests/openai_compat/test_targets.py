@@ -46,6 +46,31 @@ def test_smg_in_front_of_the_reference_server() -> None:
     assert outcome.report["protocol"] == "openai"
 
 
+def test_smg_in_front_of_the_reference_server_on_its_real_model() -> None:
+    """smg 1.13 -> the reference server on the embedded model, the openai profile at MUST: a real
+    tokenizer splits characters across tokens, which the fake engine's whole-character tokens never
+    do; only smg's baselined deviations."""
+    with smg_in_front("model") as gateway:
+        outcome = run_openai(
+            gateway.base_url,
+            REPORTS,
+            "smg-model",
+            "--level",
+            "must",
+            "--baseline",
+            str(BASELINES / "smg-1.13-reference-model.toml"),
+            "--wait",
+            "120",
+        )
+    assert outcome.failing == set(), _explain(
+        outcome.stdout, outcome.failing, outcome.report.get("stale_baseline")
+    )
+    assert outcome.exit_code == 0, _explain(
+        outcome.stdout, outcome.failing, outcome.report.get("stale_baseline")
+    )
+    assert len(outcome.verdicts("PASS")) >= 30
+
+
 def test_llama_cpp_server() -> None:
     """llama.cpp's llama-server on the embedded GGUF: its deviations are exactly the baseline's."""
     binary = llama_server_binary_or_skip()
