@@ -53,6 +53,10 @@ SUM_EBNF = 'root ::= "(" num ("+" num)* ")"\nnum ::= [1-9] [0-9]?'
 SUM_REGEX = r"\(([1-9][0-9]?)(\+[1-9][0-9]?)*\)"
 ANSWER_REGEX = r"(yes|no), [0-9]{1,3}"
 COLOURS = ("red", "green", "blue")
+# Choices that regular-expression syntax reads otherwise: a server that joins the strings into a
+# regex unescaped admits "abc" for "a.c", "x" for "x|y", "11" for "(1+1)", "o" for "[ok]"; the prompt
+# is such a text, so an engine that echoes what the grammar allows shows it at once.
+LITERAL_CHOICES = ("a.c", "x|y", "(1+1)", "[ok]", "^$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,11 @@ class Kind:
     constraint: Constraint
     shape: Shape
     max_tokens: int
+    sends: str = ""  # its input class (spec/coverage.py); default generate.constraint.<tag>
+
+    @property
+    def input_class(self) -> str:
+        return self.sends or f"generate.constraint.{self.tag}"
 
 
 KINDS: tuple[Kind, ...] = (
@@ -89,6 +98,14 @@ KINDS: tuple[Kind, ...] = (
         Constraint(choice=Choices(list(COLOURS))),
         Shape.choice(*COLOURS),
         8,
+    ),
+    Kind(
+        "choice-literal",
+        "abc",
+        Constraint(choice=Choices(list(LITERAL_CHOICES))),
+        Shape.choice(*LITERAL_CHOICES),
+        8,
+        sends="generate.constraint.choice",
     ),
 )
 
@@ -160,7 +177,7 @@ async def output_text(ctx: Ctx, view: OutputView) -> str:
 
 
 def _kind_case(kind: Kind) -> None:
-    @case("CONSTRAIN-1", tag=kind.tag, requires=(CONSTRAINED,), sends=(f"generate.constraint.{kind.tag}",))
+    @case("CONSTRAIN-1", tag=kind.tag, requires=(CONSTRAINED,), sends=(kind.input_class,))
     async def shaped(ctx: Ctx) -> None:
         await compiled(ctx)
         record = ok(ctx, await ctx.generate(constrained(ctx, kind, temperature=0.0)))

@@ -186,9 +186,10 @@ def fresh_prompt(ctx: Ctx) -> str:
     return f"Remember this list: {words}."
 
 
-async def prefilled(ctx: Ctx, subscription: KvSubscription, what: str) -> list[int]:
-    """Send a fresh prompt and wait until the subscription reports its blocks; returns its token ids."""
-    record = await ctx.generate(request(ctx, fresh_prompt(ctx), max_tokens=1))
+async def prefilled(ctx: Ctx, subscription: KvSubscription, what: str, text: str | None = None) -> list[int]:
+    """Send a prompt (by default a fresh one) and wait until the subscription reports its blocks,
+    chained from its first; returns its token ids."""
+    record = await ctx.generate(request(ctx, text or fresh_prompt(ctx), max_tokens=1))
     sent = record.request.token_ids  # the driver sends the prompt as token ids, as smg does
     prompt = [int(t) for t in sent.ids] if sent is not None else []
     await subscription.until(
@@ -225,6 +226,23 @@ async def prompt_blocks_are_stored(ctx: Ctx) -> None:
         await prefilled(ctx, subscription, "SubscribeKvEvents")
         check_numbering(ctx, subscription, "SubscribeKvEvents")
         check_removals(ctx, subscription, "SubscribeKvEvents")
+    finally:
+        await subscription.close()
+
+
+@case("SMG-6", tag="extended")
+async def an_extension_is_chained_to_its_cached_prefix(ctx: Ctx) -> None:
+    """A prompt that extends a cached one stores only its new blocks, and the first of them names
+    the cached prefix's last block as its parent: the chain runs across events (a server that drops
+    parent hashes passes when a prompt's blocks come in one event, and fails here)."""
+    subscription = await subscribed(ctx)
+    try:
+        first = fresh_prompt(ctx)
+        await prefilled(ctx, subscription, "a fresh prompt", first)
+        await prefilled(
+            ctx, subscription, "the same prompt extended", f"{first} And then: {fresh_prompt(ctx)}"
+        )
+        check_numbering(ctx, subscription, "SubscribeKvEvents")
     finally:
         await subscription.close()
 

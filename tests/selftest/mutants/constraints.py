@@ -8,7 +8,7 @@ from typing import Any
 
 from grpclib import GRPCError, Status
 
-from lmrpc.v1 import GenerateRequest, GenerateResponse
+from lmrpc.v1 import Constraint, GenerateRequest, GenerateResponse
 
 from .base import Mutant
 from .control_rpcs import RequestRewrite
@@ -22,6 +22,16 @@ class ConstraintDroppedForN(RequestRewrite):
     def edit(self, request: GenerateRequest) -> None:
         if request.sampling is not None and (request.sampling.n or 1) > 1:
             request.constraint = None
+
+
+class ChoicesJoinedUnescaped(RequestRewrite):
+    name = "choices-joined-unescaped"
+    fault = "a choice is run as the regex of its strings joined by | unescaped ('a.c' admits 'abc')"
+    expected = frozenset({"CONSTRAIN-1[choice-literal]"})
+
+    def edit(self, request: GenerateRequest) -> None:
+        if request.constraint is not None and request.constraint.choice is not None:
+            request.constraint = Constraint(regex="(" + "|".join(request.constraint.choice.choices) + ")")
 
 
 class ConstraintDroppedForFinalOnly(RequestRewrite):
@@ -83,6 +93,7 @@ class InvalidConstraintRunsFree(Mutant):
 
 CONSTRAINT_MUTANTS: tuple[type[Mutant], ...] = (
     ConstraintDroppedForN,
+    ChoicesJoinedUnescaped,
     ConstraintDroppedForFinalOnly,
     ConstraintYieldsToIgnoreEos,
     InvalidConstraintAsInternal,

@@ -440,6 +440,7 @@ class HealthCheckSlow(EngineProxy):
 CONSTRAINT_DROPPED = frozenset(
     {
         "CONSTRAIN-1[choice]",
+        "CONSTRAIN-1[choice-literal]",
         "CONSTRAIN-1[ebnf]",
         "CONSTRAIN-1[json_object]",
         "CONSTRAIN-1[json_schema]",
@@ -542,6 +543,19 @@ class KvBatchSkipped(EngineProxy):
             if method == "subscribe_kv_events" and not first:
                 reply.sequence_number += 1
             first = False
+            yield reply
+
+
+class KvParentsDropped(EngineProxy):
+    """Stored events carry no parent hash: within one event the blocks still chain by order, but a
+    prompt extending a cached prefix stores its new blocks as if they began a prompt."""
+
+    async def upstream_stream(self, method: str, request: Any, deadline: Any) -> AsyncIterator[Any]:
+        async for reply in super().upstream_stream(method, request, deadline):
+            if method == "subscribe_kv_events":
+                for event in reply.events:
+                    if event.HasField("stored"):
+                        event.stored.ClearField("parent_block_hash")
             yield reply
 
 

@@ -45,6 +45,7 @@ class LastChunkLost(f.LastChunkLost, SglangSchedulerProxy):
         # a constrained output's text only when the lost chunk held its last characters (the chunks
         # a step makes depend on timing)
         "CONSTRAIN-1[choice]",
+        "CONSTRAIN-1[choice-literal]",
         "CONSTRAIN-1[ebnf]",
         "CONSTRAIN-3[stop-string]",
     }
@@ -61,6 +62,7 @@ class CumulativeIds(f.CumulativeIds, SglangSchedulerProxy):
             "ABORT-4[n=2]",
             "ABORT-4[n=4]",
             "CONSTRAIN-1[choice]",
+            "CONSTRAIN-1[choice-literal]",
             "CONSTRAIN-1[ebnf]",
             "CONSTRAIN-1[json_object]",
             "CONSTRAIN-1[json_schema]",
@@ -190,6 +192,7 @@ class IndexCollapsed(f.IndexCollapsed, SglangSchedulerProxy):
         {
             "SAMPLE-2",
             "CONSTRAIN-1[choice]",
+            "CONSTRAIN-1[choice-literal]",
             "CONSTRAIN-1[ebnf]",
             "CONSTRAIN-1[json_object]",
             "CONSTRAIN-1[json_schema]",

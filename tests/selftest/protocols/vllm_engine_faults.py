@@ -11,6 +11,7 @@ from .engine_proxy import VllmEngineProxy
 CONSTRAINED_TEXTS = frozenset(
     {
         "CONSTRAIN-1[choice]",
+        "CONSTRAIN-1[choice-literal]",
         "CONSTRAIN-1[ebnf]",
         "CONSTRAIN-1[json_object]",
         "CONSTRAIN-1[json_schema]",
@@ -336,6 +337,11 @@ class KvBatchSkipped(f.KvBatchSkipped, VllmEngineProxy):
     expected = frozenset({"SMG-6[stored]", "SMG-6[replay]", "SMG-6[cleared]"})
 
 
+class KvParentsDropped(f.KvParentsDropped, VllmEngineProxy):
+    name = "vllm-kv-parents-dropped"
+    expected = frozenset({"SMG-6[extended]"})
+
+
 class KvReplayIgnoresCursor(f.KvReplayIgnoresCursor, VllmEngineProxy):
     name = "vllm-kv-replay-ignores-cursor"
     expected = frozenset({"SMG-6[replay]", "SMG-6[cleared]"})
@@ -392,6 +398,7 @@ VLLM_ENGINE_MUTANTS: tuple[type[VllmEngineProxy], ...] = (
     OneTokenChunks,
     CompleteRepeatsAll,
     KvBatchSkipped,
+    KvParentsDropped,
     KvReplayIgnoresCursor,
     AbortMatchesPrefix,
     AbortFirstIdOnly,
