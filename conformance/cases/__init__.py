@@ -30,6 +30,7 @@ from conformance.cases import kv_events  # noqa: F401
 from conformance.cases import sglang_runtime  # noqa: F401
 from conformance.cases import sglang_runtime_embed  # noqa: F401
 from conformance.cases import sglang_runtime_admin  # noqa: F401
+from conformance.cases import sglang_runtime_constraints  # noqa: F401
 from conformance.cases import lifecycle  # noqa: F401
 from conformance.cases import tracing  # noqa: F401
 from conformance.cases import openai  # noqa: F401

@@ -54,7 +54,7 @@ def report(ctx: Ctx, record: StreamRecord, *clauses: str) -> None:
             )
 
 
-def _meta(response: rt.TextGenerateResponse) -> dict[str, Any]:
+def meta_info(response: rt.TextGenerateResponse) -> dict[str, Any]:
     """meta_info's values decoded; a value that is not JSON is left out (and so reported missing)."""
     values: dict[str, Any] = {}
     for key, text in response.meta_info.items():
@@ -79,7 +79,7 @@ async def text_generate(ctx: Ctx, *, stream: bool, n: int) -> dict[int, list[str
     texts: dict[int, list[str]] = {}
     stub = driver.stub(ctx.session.target.channel)
     async for response in stub.text_generate(call, timeout=ctx.budgets.case_s()):
-        meta = _meta(response)
+        meta = meta_info(response)
         for key in META_KEYS:
             ctx.check.that(key in meta, f"TextGenerate meta_info[{key!r}]", "present, JSON text",
                            response.meta_info.get(key, "missing"))  # fmt: skip
@@ -119,7 +119,7 @@ async def text_responses(
     )
     stub = driver.stub(ctx.session.target.channel)
     return [
-        TextResponse(response.text, _meta(response), response.finished)
+        TextResponse(response.text, meta_info(response), response.finished)
         async for response in stub.text_generate(call, timeout=ctx.budgets.stream_s)
     ]
 

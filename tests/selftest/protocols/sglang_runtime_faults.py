@@ -43,6 +43,53 @@ def index_of(response: Any) -> int:
     return int(meta(response).get("index", 0))
 
 
+# ── constraints, however they are carried ───────────────────────
+class TextGenerateRewrite(RuntimeProxy):
+    """Edits every TextGenerate's sampling_params (``edit``) before forwarding it."""
+
+    def edit(self, params: rt.SamplingParams) -> None:
+        raise NotImplementedError
+
+    async def upstream_stream(self, method: str, request: Any, deadline: Any) -> AsyncIterator[Any]:
+        if method == "text_generate" and request.sampling_params is not None:
+            self.edit(request.sampling_params)
+        async for reply in super().upstream_stream(method, request, deadline):
+            yield reply
+
+
+class LegacyConstraintDropped(TextGenerateRewrite):
+    """The deprecated regex and json_schema fields are read as nothing: only guided_decoding binds."""
+
+    name = "runtime-legacy-constraint-dropped"
+    # a legacy field beside guided_decoding is then gone too: the two are no longer refused
+    expected = frozenset({"CONSTRAIN-1[legacy-fields]", "CONSTRAIN-2[legacy-with-guided]"})
+
+    def edit(self, params: rt.SamplingParams) -> None:
+        params.regex = params.json_schema = None
+
+
+class TextGenerateUnconstrained(TextGenerateRewrite):
+    """TextGenerate forgets guided_decoding (only Generate's path reads it); a legacy field still binds."""
+
+    name = "runtime-text-generate-unconstrained"
+    # without its guided_decoding, a request that also carried a legacy field has one constraint
+    expected = frozenset({"CONSTRAIN-1[text-generate]", "CONSTRAIN-2[legacy-with-guided]"})
+
+    def edit(self, params: rt.SamplingParams) -> None:
+        params.guided_decoding = None
+
+
+class LegacyBesideGuidedTaken(TextGenerateRewrite):
+    """A legacy field beside guided_decoding is silently dropped instead of refused."""
+
+    name = "runtime-legacy-beside-guided-taken"
+    expected = frozenset({"CONSTRAIN-2[legacy-with-guided]"})
+
+    def edit(self, params: rt.SamplingParams) -> None:
+        if params.guided_decoding is not None:
+            params.regex = params.json_schema = None
+
+
 # ── cumulative or delta ──────────────────────────────────────
 class DeltaIds(RuntimeProxy):
     """Generate's streamed responses carry only their new ids while the server declares nothing
@@ -775,10 +822,18 @@ class LastIdsInFinished(RuntimeProxy):
 
 class ConstraintDropped(ConstraintDroppedFault, RuntimeProxy):
     name = "runtime-constraint-dropped"
-    expected = CONSTRAINT_DROPPED - {"CONSTRAIN-3[n=4]"}  # no seed: it skips
+    # no seed: CONSTRAIN-3[n=4] skips; TextGenerate's constraints, however carried, are dropped too
+    expected = (CONSTRAINT_DROPPED - {"CONSTRAIN-3[n=4]"}) | {
+        "CONSTRAIN-1[legacy-fields]",
+        "CONSTRAIN-1[text-generate]",
+        "CONSTRAIN-2[legacy-with-guided]",
+    }
 
 
 SGLANG_RUNTIME_MUTANTS: tuple[type[RuntimeProxy], ...] = (
+    LegacyConstraintDropped,
+    TextGenerateUnconstrained,
+    LegacyBesideGuidedTaken,
     DeltaIds,
     DeltaText,
     DeclaresIncremental,
