@@ -30,8 +30,9 @@ class ChoicesJoinedUnescaped(RequestRewrite):
     expected = frozenset({"CONSTRAIN-1[choice-literal]"})
 
     def edit(self, request: GenerateRequest) -> None:
-        if request.constraint is not None and request.constraint.choice is not None:
-            request.constraint = Constraint(regex="(" + "|".join(request.constraint.choice.choices) + ")")
+        choice = request.constraint.choice if request.constraint is not None else None
+        if choice is not None and choice.choices and all(choice.choices):  # validated first, then joined
+            request.constraint = Constraint(regex="(" + "|".join(choice.choices) + ")")
 
 
 class ConstraintDroppedForFinalOnly(RequestRewrite):
