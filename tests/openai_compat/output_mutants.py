@@ -391,6 +391,41 @@ class NamedChoiceIgnored(Mutant):
         return call.body
 
 
+class ToolCallsCountedAsNothing(Mutant):
+    """An answer whose choices made tool calls reports 0 completion tokens (the count is of the
+    message's content, which a call leaves empty)."""
+
+    name = "tool-calls-counted-as-nothing"
+    expected = frozenset(
+        {"CONSTRAIN-1[openai,tool_choice=required]", "CONSTRAIN-1[openai,tool_choice=named]"}
+    )
+    # auto judges its usage where the model called
+    tolerated = frozenset({"CONSTRAIN-1[openai,tool_choice=auto]"})
+
+    @staticmethod
+    def _zeroed(usage: Any) -> None:
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            usage["completion_tokens"], usage["total_tokens"] = 0, usage["prompt_tokens"]
+
+    def body(self, call: Call, status: int, body: Any) -> tuple[int, Any]:
+        if call.tool_choice is not None and isinstance(body, dict):
+            messages = [c.get("message") for c in _choices(body)]
+            if any(isinstance(m, dict) and m.get("tool_calls") for m in messages):
+                self._zeroed(body.get("usage"))
+        return status, body
+
+    def event(self, call: Call, data: str) -> list[str]:
+        value = chunk(data)
+        if value is None or call.tool_choice is None:
+            return [data]
+        if any(_tool_deltas(c) for c in _choices(value)):
+            call.state["called"] = True
+        if call.state.get("called") and value.get("usage") is not None:
+            self._zeroed(value["usage"])
+            return [dump(value)]
+        return [data]
+
+
 class NoneChoiceIgnored(Mutant):
     """tool_choice none is accepted and ignored: the model is made to call a tool anyway. Its case
     ended in a harness error (no finish rule for calls under none), not a FAIL, before the fix."""
@@ -421,4 +456,5 @@ OUTPUT_MUTANTS: tuple[type[Mutant], ...] = (
     RequiredCallReadsStop,
     NamedChoiceIgnored,
     NoneChoiceIgnored,
+    ToolCallsCountedAsNothing,
 )

@@ -16,6 +16,7 @@ from conformance.cases.openai._common import refused
 from conformance.drivers.openai.exchange import Exchange, OpenAIRequest
 from conformance.harness.context import Ctx
 from conformance.validators.openai import Answer, usage_numbers
+from conformance.validators.tool_calls import calls_of
 from conformance.vocabulary import CaseSkipped
 
 
@@ -63,7 +64,9 @@ def answered_ok(ctx: Ctx, answer: Answer, what: str) -> bool:
 
 def check_usage(ctx: Ctx, answer: Answer, what: str) -> None:
     """The usage a body always carries, and a stream where it asked (include_usage): integers with
-    total = prompt + completion, the constraint notwithstanding."""
+    total = prompt + completion, the constraint notwithstanding; and completion_tokens counting at
+    least one token for each choice that wrote anything, text or a tool call (a call's name and
+    arguments are generated tokens, whatever the message's content says)."""
     if answer.view.streamed and not answer.request.include_usage:
         return
     numbers = usage_numbers(answer.view.usage)
@@ -73,6 +76,14 @@ def check_usage(ctx: Ctx, answer: Answer, what: str) -> None:
         "prompt_tokens, completion_tokens and total_tokens = prompt + completion",
         answer.view.usage,
     )
+    wrote = [i for i, c in calls_of(answer.exchange).items() if c.called or c.content]
+    if numbers is not None and wrote:
+        ctx.check.that(
+            numbers[1] >= len(wrote),
+            f"{what}: completion_tokens",
+            f">= {len(wrote)}: a token at least for each choice that wrote a call or text ({wrote})",
+            numbers[1],
+        )
 
 
 def where(answer: Answer) -> str:
