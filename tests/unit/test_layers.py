@@ -81,3 +81,24 @@ def test_every_module_and_folder_has_a_layer(package: str) -> None:
     tops.discard("__pycache__")
     named = {name for names in PACKAGES[package] for name in names.split("|")}
     assert tops <= named, tops - named
+
+
+MAX_MODULE_LINES = 600
+MAX_FORWARD_LINES = 100  # lm_forward, the native pass: its scratch and its attention are helpers
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_module_grows_past_its_one_job(package: str) -> None:
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"split these by job (at most {MAX_MODULE_LINES} lines each)"
+
+
+def test_the_native_forward_pass_reads_in_one_screen() -> None:
+    source = (ROOT / "reference_server" / "engine" / "native" / "forward.c").read_text().splitlines()
+    start = next(i for i, line in enumerate(source) if line.startswith("int lm_forward("))
+    end = next(i for i in range(start, len(source)) if source[i] == "}")
+    assert end - start + 1 <= MAX_FORWARD_LINES
