@@ -104,9 +104,19 @@ def _final_only(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
 
 
 def _logprobs(info: TargetInfo, max_tokens: int) -> list[GenerateRequest]:
-    """Logprobs with top-k alternatives, with and without the ids (STREAM-7)."""
+    """Logprobs with top-k alternatives, with and without the ids, and in one answer at the end,
+    whose count a protocol may carry only there (STREAM-7)."""
     n = min(info.caps.max_outputs, 4)
+    at_the_end = [
+        GenerateRequest(
+            text="The capital of France is",
+            sampling=SamplingParams(temperature=0.0),
+            stopping=StoppingCriteria(max_tokens=max_tokens),
+            response=ResponseOptions(return_logprobs=True, top_logprobs=1, final_only=True),
+        )
+    ]
     return [
+        *(at_the_end if info.has("final_only") else []),
         GenerateRequest(
             text="def add(a, b):",
             sampling=SamplingParams(temperature=0.8, n=min(n, 2)),

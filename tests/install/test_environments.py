@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from lmrpc.client import LmrpcClient
-from lmrpc.v1 import Constraint, GenerateRequest, GetServerInfoRequest, SamplingParams, StoppingCriteria
+from lmrpc.v1 import (
+    Constraint,
+    GenerateRequest,
+    GetServerInfoRequest,
+    GetServerInfoResponse,
+    SamplingParams,
+    StoppingCriteria,
+)
 from reference_server.testing import ServerProcess
 
 from .dist import CI_SECTION, SERVER_SECTION, Dist, bash_block, environ_for
@@ -82,12 +89,12 @@ def test_the_server_from_pip_serves_constrained_decoding(dist: Dist, tmp_path: P
     )
     with server:
         info, phone, person = asyncio.run(_constrained(server.target))
-    assert info.capabilities.constrained_decoding
+    assert info.server.capabilities.constrained_decoding
     assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", phone), phone
     assert set(json.loads(person)) == {"name", "age"}
 
 
-async def _constrained(target: str) -> tuple[object, str, str]:
+async def _constrained(target: str) -> tuple[GetServerInfoResponse, str, str]:
     schema = {
         "type": "object",
         "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},

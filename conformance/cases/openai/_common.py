@@ -82,11 +82,16 @@ async def answered(ctx: Ctx, request: OpenAIRequest, what: str = "", **kw: Any) 
     return answer
 
 
-async def answered_unless_refused(ctx: Ctx, request: OpenAIRequest, what: str = "") -> Answer | None:
+async def answered_unless_refused(
+    ctx: Ctx, request: OpenAIRequest, what: str = "", *, unimplemented: bool = False
+) -> Answer | None:
     """Like ``answered``, but None when the server refuses the request as OpenAI refuses (a 4xx
-    with an error object): a combination of options it does not serve, which skips, not fails."""
+    with an error object): a combination of options it does not serve, which skips, not fails.
+    With ``unimplemented``, a 501 with an error object declines it too (an option the server has no
+    part for, such as a tool parser)."""
     exchange = await ctx.http.send(request)
-    if refused(exchange) is None:
+    not_implemented = exchange.status == 501 and not exchange.is_event_stream and exchange.error_object()
+    if refused(exchange) is None or (unimplemented and not_implemented):
         ctx.note(f"refused, so not judged: {request!r}: {exchange.text[:200]}")
         return None
     answer = Answer.of(exchange)

@@ -94,8 +94,8 @@ def judge_pair(pair: Pair, clause: str) -> list[Mismatch]:
                 mismatch(
                     f"{request.api} n={request.n}{path_options(request)}: choice {index} streamed ({found}) "
                     "vs not streamed",
-                    whole.get(index, ""),
-                    streamed.get(index, ""),
+                    repr(whole.get(index, "")),  # quoted: the fingerprint blanks the model's text
+                    repr(streamed.get(index, "")),
                 )
             )
     return out
@@ -104,10 +104,13 @@ def judge_pair(pair: Pair, clause: str) -> list[Mismatch]:
 async def pair_of(ctx: Ctx, request: OpenAIRequest) -> Pair | None:
     """The request not streamed and streamed; None when the server refuses either."""
     plain = request.with_body(stream=None, stream_options=None)
-    whole = await answered_unless_refused(ctx, plain, "the request not streamed")
+    optional = any(request.body.get(option) is not None for option in STREAMING_PATHS)
+    whole = await answered_unless_refused(ctx, plain, "the request not streamed", unimplemented=optional)
     if whole is None:
         return None
-    streamed = await answered_unless_refused(ctx, request.with_body(stream=True), "the request streamed")
+    streamed = await answered_unless_refused(
+        ctx, request.with_body(stream=True), "the request streamed", unimplemented=optional
+    )
     return Pair(whole, streamed) if streamed is not None else None
 
 

@@ -152,9 +152,21 @@ Probe = Callable[[OpenAIRequest, list[int] | None], tuple[OpenAIRequest | None, 
 def _choices(view: CompletionView, exchange: Exchange) -> Feature:
     if sorted(view.choices) == [0, 1]:
         return Feature(State.HONOURED, "n=2 gives choices 0 and 1")
-    if len(view.choices) == 1:
+    if len(view.choices) == 1 and _choice_objects(exchange) == 1:
         return Feature(State.IGNORED, "n=2 was accepted and gave one choice")
+    if len(view.choices) == 1:  # two answers under one index: n is honoured, its indexes are N-1's
+        return Feature(
+            State.BROKEN,
+            f"n=2 gave {_choice_objects(exchange)} choices, all index {next(iter(view.choices))}",
+        )
     return Feature(State.BROKEN, f"n=2 gave choices {sorted(view.choices)}")
+
+
+def _choice_objects(exchange: Exchange) -> int:
+    """How many choice objects a JSON answer holds, whatever their indexes say."""
+    body = exchange.json() if not exchange.is_event_stream else None
+    found = body.get("choices") if isinstance(body, dict) else None
+    return len(found) if isinstance(found, list) else 0
 
 
 def _n(base: OpenAIRequest, _: list[int] | None) -> tuple[OpenAIRequest | None, Judge]:

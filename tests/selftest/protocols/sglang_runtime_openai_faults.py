@@ -45,10 +45,12 @@ class TailLost(RuntimeProxy):
     expected = frozenset(
         {"FINISH-2[openai,greedy]", "STOP-2[openai,later-entry]", "STOP-2[openai,word]",
          "STOP-2[openai,before-multibyte]", "STOP-6[openai]",
-         "STREAM-7[openai,pool]", "CONSTRAIN-1[openai,json_schema]", "CONSTRAIN-1[openai,json_schema-nonstrict]",
-         "STREAM-2[openai,response_format]"}
+         "STREAM-7[openai,pool]", "STREAM-2[openai,response_format]"}
     )  # fmt: skip
-    tolerated = frozenset({"CONSTRAIN-1[openai,json_object]"})  # its streamed document may end in one chunk
+    # a streamed document cut short is STREAM-2[openai,response_format]'s finding; CONSTRAIN-1 sees
+    # it too where the document would have closed within max_tokens, which the fake engine's does not
+    tolerated = frozenset({"CONSTRAIN-1[openai,json_object]", "CONSTRAIN-1[openai,json_schema]",
+                           "CONSTRAIN-1[openai,json_schema-nonstrict]"})  # fmt: skip
 
     async def replies(self, method: str, replies: AsyncIterator[Any]) -> AsyncIterator[Any]:
         held: dict[int, Any] = {}  # each choice's newest content chunk, not yet sent
