@@ -843,7 +843,11 @@ def test_openai_model_is_read_as_sglang_reads_it(server: ServerProcess) -> None:
     _parse_model_parameter): ``"default"`` (its examples' name and its default), no model, or
     any other name is served by the one model, and chat, completions and score repeat the name
     asked for; embeddings name the embedding model, as SGLang names its model's path."""
-    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+    chat = {
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 3,
+        "temperature": 0,
+    }  # greedy: text
 
     async def body(stub: rt.SglangServiceStub) -> tuple[list[Any], list[Any], list[Any]]:
         chats = [
