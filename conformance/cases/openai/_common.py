@@ -90,8 +90,7 @@ async def answered_unless_refused(
     With ``unimplemented``, a 501 with an error object declines it too (an option the server has no
     part for, such as a tool parser)."""
     exchange = await ctx.http.send(request)
-    not_implemented = exchange.status == 501 and not exchange.is_event_stream and exchange.error_object()
-    if refused(exchange) is None or (unimplemented and not_implemented):
+    if refused(exchange) is None or (unimplemented and not_implemented(exchange)):
         ctx.note(f"refused, so not judged: {request!r}: {exchange.text[:200]}")
         return None
     answer = Answer.of(exchange)
@@ -100,6 +99,11 @@ async def answered_unless_refused(
         detail = exchange.summary() + (f": {exchange.text[:300]}" if exchange.text else "")
         raise CaseFailed([*ctx.check.mismatches, Mismatch(label, "HTTP 200, read to its end", detail)])
     return answer
+
+
+def not_implemented(exchange: Exchange) -> bool:
+    """A 501 (not implemented) with an error object: the server has no part for what was asked."""
+    return exchange.status == 501 and not exchange.is_event_stream and exchange.error_object() is not None
 
 
 def refused(exchange: Exchange) -> str | None:

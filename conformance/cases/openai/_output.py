@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conformance.cases.openai._common import refused
+from conformance.cases.openai._common import not_implemented, refused
 from conformance.drivers.openai.exchange import Exchange, OpenAIRequest
 from conformance.harness.context import Ctx
 from conformance.validators.openai import Answer, usage_numbers
@@ -23,9 +23,7 @@ from conformance.vocabulary import CaseSkipped
 def declined(exchange: Exchange) -> bool:
     """The server says it does not serve what was asked: a 4xx refusal as OpenAI refuses, or a 501
     (not implemented) with an error object."""
-    if refused(exchange) is None:
-        return True
-    return exchange.status == 501 and not exchange.is_event_stream and exchange.error_object() is not None
+    return refused(exchange) is None or not_implemented(exchange)
 
 
 async def send_all(ctx: Ctx, requests: Sequence[OpenAIRequest]) -> list[Exchange]:
