@@ -278,6 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
         "then each failure: a CI log), github (lines, ::error annotations and the job summary); auto: "
         "github under GITHUB_ACTIONS=true, lines when CI is set or standard output is no terminal, else table",
     )
+    run.add_argument(
+        "--fields",
+        metavar="FILE",
+        help="record every field each case sends and reads on the wire and write them here, for "
+        "`conformance coverage`",
+    )
     run.add_argument("--verbose", "-v", action="store_true", help="show every case and print repro scripts")
     run.add_argument("--quiet", "-q", action="store_true", help="print only failures and the summary line")
 
@@ -306,6 +312,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", metavar="FILE", default="-", help="write the markdown here (default: standard output)"
     )
 
+    coverage = commands.add_parser(
+        "coverage",
+        help="every field of each protocol's schema: sent or read by which cases, n/a and why, or a gap "
+        "(exit 1 on a gap)",
+    )
+    coverage.add_argument(
+        "files", nargs="+", metavar="FILE", help="field files written by `conformance run --fields`"
+    )
+    coverage.add_argument("--all", action="store_true", help="print every field, not only the gaps")
+    coverage.add_argument("--json", action="store_true", help="print JSON instead of text")
+
     replay = commands.add_parser("replay", help="re-run the failed cases of a JSON report")
     replay.add_argument("report", help="a JSON report written by `conformance run --json`")
     replay.add_argument(
@@ -330,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(app.replay(args))
         if args.command == "report":
             return app.render_matrix(args)
+        if args.command == "coverage":
+            return app.field_coverage(args)
         return asyncio.run(app.run(args))
     except app.UsageError as exc:
         print(f"conformance: error: {exc}", file=sys.stderr)

@@ -26,7 +26,7 @@ from conformance.harness.execute import RunPlan, execute, not_run
 from conformance.harness.runner import Progress
 from conformance.harness.session import Budgets, ServerAccess, Tuning
 from conformance.harness.target import Credentials, TlsOptions
-from conformance.report import output
+from conformance.report import field_matrix, output
 from conformance.report.baseline import Baseline, BaselineError
 from conformance.report.coverage import list_coverage
 from conformance.report.files import write_json, write_junit
@@ -34,9 +34,11 @@ from conformance.report.implementations import SCHEMA, Naming, load_reports, mat
 from conformance.report.listing import print_cases, print_profile, profile_rows
 from conformance.report.model import EXIT_FAIL, EXIT_INFRA, EXIT_OK, RunReport, exit_code
 from conformance.search.property import CI_PROFILE, EXPLORE_PROFILE
+from conformance.spec import fields
 from conformance.spec.profiles import PROFILES
 from conformance.spec.protocols import protocol
 from conformance.spec.registry import Case, expand_patterns, select
+from conformance.stream import wiretap
 from conformance.vocabulary import HARNESS_VERSION, CaseResult, Verdict
 from lmrpc import CONTRACT_REVISION
 
@@ -205,6 +207,8 @@ async def run(args: argparse.Namespace) -> int:
         classify=(lambda r: baseline.marked(r, registry)) if baseline else (lambda r: r),
     )
     out.begin([c.id for c in cases])
+    if args.fields:
+        wiretap.start()
     started = time.monotonic()
     _cancel_on_sigterm()
     try:
@@ -241,6 +245,8 @@ def _finish(
     if args.write_baseline:
         _write_baseline(baseline or Baseline(), report, registry, args.write_baseline, say)
     _write_repros(report.results, args.repro_dir)
+    if args.fields and wiretap.ACTIVE is not None:
+        wiretap.ACTIVE.write(args.fields, report.protocol)
     if args.json:
         write_json(report, args.json)
     if args.junit:
@@ -248,6 +254,19 @@ def _finish(
     if args.report:
         naming = Naming(args.implementation, args.implementation_version)
         write_report(args.report, report_of(report, naming, baseline, report.settings))
+
+
+def field_coverage(args: argparse.Namespace) -> int:
+    """``conformance coverage FILE...``: the field matrix of each protocol the files record."""
+    try:
+        seen = field_matrix.load(args.files)
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    tables = {protocol: fields.matrix(protocol, observed) for protocol, observed in seen.items()}
+    stale = {protocol: fields.stale_reasons(protocol) for protocol in tables}
+    print(field_matrix.render(tables, stale, every=args.all, as_json=args.json), end="")
+    gaps = any(row.status == "GAP" for rows in tables.values() for row in rows)
+    return EXIT_FAIL if gaps or any(stale.values()) else EXIT_OK
 
 
 def render_matrix(args: argparse.Namespace) -> int:

@@ -19,3 +19,15 @@ def harness_command() -> list[str]:
             )
         return [str(program)]
     return [sys.executable, "-m", "conformance"]
+
+
+def assert_fields_covered(*field_files: Path) -> str:
+    """``conformance coverage`` on the field files of runs (``conformance run --fields``): every field of
+    each protocol's schema covered, n/a with its reason or a listed open gap; its summary lines."""
+    import subprocess
+
+    done = subprocess.run(
+        [*harness_command(), "coverage", *map(str, field_files)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, f"fields no case covers:\n{done.stdout}{done.stderr}"
+    return done.stdout

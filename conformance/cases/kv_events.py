@@ -18,6 +18,7 @@ from conformance.harness.context import Ctx
 from conformance.harness.requests import request
 from conformance.spec.descriptors import message_class
 from conformance.spec.registry import case
+from conformance.stream import wiretap
 from conformance.stream.live import RawMessage
 from conformance.vocabulary import CaseFailed, CaseSkipped, Mismatch
 from lmrpc._gen.smg.grpc.common import SubscribeKvEventsRequest
@@ -45,14 +46,17 @@ class KvSubscription:
         path = f"/{smg_driver(ctx).service}/SubscribeKvEvents"
         channel = ctx.session.target.channel
         try:
-            decode = message_class("smg.grpc.common.KvEventBatch").FromString
+            parse = message_class("smg.grpc.common.KvEventBatch").FromString
+            rpc = f"{smg_driver(ctx).service.rpartition('.')[2]}.SubscribeKvEvents"
             async with channel.request(
                 path, Cardinality.UNARY_STREAM, RawMessage, RawMessage, timeout=ctx.budgets.case_s()
             ) as stream:
-                body = bytes(SubscribeKvEventsRequest(start_sequence_number=start))
+                request = SubscribeKvEventsRequest(start_sequence_number=start)
+                wiretap.note_sent(request, f"{rpc} request")
+                body = bytes(request)
                 await stream.send_message(RawMessage(body), end=True)
                 while (raw := await stream.recv_message()) is not None:
-                    self.batches.append(decode(raw.data))
+                    self.batches.append(wiretap.track_protobuf(parse(raw.data), f"{rpc} response"))
                     self._changed.set()
         except GRPCError as exc:
             self.error = exc

@@ -23,6 +23,7 @@ from conformance.report.http_repro import http_script
 from conformance.report.repro import script
 from conformance.spec.profiles import PROFILES
 from conformance.spec.registry import Case
+from conformance.stream import wiretap
 from conformance.stream.live import StreamStalled
 from conformance.vocabulary import (
     CaseFailed,
@@ -63,7 +64,8 @@ async def run_case(session: Session, case: Case) -> CaseResult:
     budget = session.budgets.case_s(case.budget_factor)
     verdict, reason, mismatches = Verdict.PASS, "", list[Mismatch]()
     try:
-        await asyncio.wait_for(case.body(ctx), budget)
+        with wiretap.in_case(case.id):
+            await asyncio.wait_for(case.body(ctx), budget)
     except CaseFailed as exc:
         verdict, mismatches = Verdict.FAIL, exc.mismatches
         reason = mismatches[0].render() if mismatches else "failed"

@@ -23,6 +23,7 @@ from conformance.drivers import Driver, LmrpcDriver, Promises, make_driver
 from conformance.drivers.base import ConnectOptions
 from conformance.drivers.detect import detect
 from conformance.spec.protocols import protocol
+from conformance.stream import wiretap
 from conformance.vocabulary import TargetInfo
 from lmrpc.client import bearer_token, parse_target, tls_context
 from lmrpc.v1 import ControlServiceStub, GetServerInfoRequest, InferenceServiceStub
@@ -77,7 +78,7 @@ class Endpoint:
         chosen = self.credentials.token if token == "default" else token
         if chosen:
             bearer_token(channel, chosen)
-        return channel
+        return wiretap.tap(channel)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.tls.context() if self.tls is not None else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from conformance.stream import wiretap
 from lmrpc.v1 import GenerateResponse
 
 _LEN = 2  # wire type of length-delimited fields
@@ -101,6 +102,7 @@ def decode_response(data: bytes) -> Decoded:
         else:
             stripped += top.raw
     message = GenerateResponse.parse(bytes(stripped))
+    wiretap.track(message, "InferenceService.Generate response")
     if text_bytes is None or message.delta is None:
         return Decoded(message, None, True)
     try:

@@ -5,6 +5,7 @@ the run exits 0, and a fixed server turns its entry stale (exit 4)."""
 from __future__ import annotations
 
 import pytest
+from harness_cli import assert_fields_covered
 from judged import BASELINES, ROOT
 
 from .servers import (
@@ -26,6 +27,7 @@ def _explain(outcome_stdout: str, failing: set[str], stale: object) -> str:
 
 def test_smg_in_front_of_the_reference_server() -> None:
     """smg 1.13 -> the reference server (fake engine): only smg's baselined deviations."""
+    fields = REPORTS / "smg.fields.json"
     with smg_in_front("fake", ("--fake-token-delay", "0.002")) as gateway:
         outcome = run_openai(
             gateway.base_url,
@@ -35,6 +37,8 @@ def test_smg_in_front_of_the_reference_server() -> None:
             str(BASELINES / "smg-1.13-reference.toml"),
             "--wait",
             "60",
+            "--fields",
+            str(fields),
         )
     assert outcome.failing == set(), _explain(
         outcome.stdout, outcome.failing, outcome.report.get("stale_baseline")
@@ -44,6 +48,7 @@ def test_smg_in_front_of_the_reference_server() -> None:
     )
     assert len(outcome.verdicts("PASS")) >= 50
     assert outcome.report["protocol"] == "openai"
+    print(assert_fields_covered(fields))
 
 
 def test_smg_in_front_of_the_reference_server_on_its_real_model() -> None:

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from harness_cli import assert_fields_covered
 from zoo_scope import SCOPE, scope_args
 
 from conformance.cases import all_cases
@@ -85,20 +86,24 @@ def test_every_engine_mutant_declares_real_cases(protocol: str) -> None:
 def test_reference_server_passes_in_each_protocol(lanes: list[EngineLane]) -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
     lane = lanes[0]
-    for protocol in ZOOS:  # one after the other: load-watching cases need a quiet server
+    fields = [REPORTS / f"reference-{protocol}.fields.json" for protocol in ZOOS]
+    for protocol, field_file in zip(
+        ZOOS, fields, strict=True
+    ):  # one after the other: load-watching cases need a quiet server
         lane.reset()
         outcome = run_harness(
             lane.server_target(protocol),
             REPORTS,
             f"reference-{protocol}",
             time_scale=TIME_SCALE,
-            extra=harness_args(protocol),
+            extra=(*harness_args(protocol), "--fields", str(field_file)),
         )
         assert outcome.failing == set(), _explain(outcome)
         assert outcome.exit_code == 0, _explain(outcome)
         assert outcome.report["protocol"] == protocol
         passed = [c for c in _cases(outcome.report) if c["verdict"] == "PASS"]
         assert len(passed) >= 50, f"{protocol}: only {len(passed)} cases ran"
+    print(assert_fields_covered(*fields))
 
 
 @pytest.mark.parametrize("protocol", sorted(ZOOS))

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from harness_cli import assert_fields_covered
 from zoo_scope import SCOPE, scope_args
 
 from conformance.cases import all_cases
@@ -73,10 +74,14 @@ def test_every_mutant_declares_real_cases() -> None:
 
 def test_reference_server_passes(lanes: list[Lane]) -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
-    outcome = run_harness(lanes[0].server.target, REPORTS, "reference", time_scale=TIME_SCALE)
+    fields = REPORTS / "reference.fields.json"
+    outcome = run_harness(
+        lanes[0].server.target, REPORTS, "reference", time_scale=TIME_SCALE, extra=("--fields", str(fields))
+    )
     assert outcome.failing == set(), _explain(outcome)
     assert outcome.exit_code == 0
     assert not undelivered_sends(outcome), undelivered_sends(outcome)
+    print(assert_fields_covered(fields))
 
 
 def undelivered_sends(outcome: Outcome) -> list[str]:

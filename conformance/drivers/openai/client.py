@@ -27,6 +27,7 @@ from httpx_sse import EventSource, SSEError
 
 from conformance.drivers.base import ConnectOptions
 from conformance.drivers.openai.exchange import End, Exchange, OpenAIRequest, SseEvent
+from conformance.stream import wiretap
 
 if TYPE_CHECKING:
     from conformance.drivers.openai.target import HttpTarget
@@ -141,6 +142,7 @@ class OpenAIClient:
         body = dict(request.body)
         if "model" not in body and self.model:
             body["model"] = self.model
+        wiretap.note_body(request.path.strip("/"), body)
         return body
 
     async def send(

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from conformance.stream import wiretap
+
 Api = Literal["chat", "completions"]
 DONE = "[DONE]"
 PATHS: Mapping[Api, str] = {"chat": "/chat/completions", "completions": "/completions"}
@@ -100,7 +102,7 @@ class SseEvent:
 
     def json(self) -> Any:
         """The data as JSON; raises ValueError when it is not."""
-        return json.loads(self.data)
+        return wiretap.track_json(json.loads(self.data))
 
 
 @dataclass(slots=True)
@@ -127,7 +129,7 @@ class Exchange:
     def json(self) -> Any:
         """The body as JSON, or None when it is not JSON."""
         try:
-            return json.loads(self.text)
+            return wiretap.track_json(json.loads(self.text))
         except ValueError:
             return None
 
