@@ -27,6 +27,11 @@ LOADS = "load figures with no rule against the server's observed state (LOAD-* j
 SERVER_INFO = "configuration echoed for operators: no rule relates it to what the server does"
 INPUT_LOGPROBS = "prompt logprobs: not part of lmrpc.v1, so its dialects never ask for them"
 KV_EXTRA = "KV event details beyond blocks, parents and tokens: tiers, media, LoRA and salts (SMG-6)"
+CONSTRAINED_ONLY = (
+    "open on the fake engine: sent by CONSTRAIN-1[sglang-runtime,legacy-fields|text-generate] and "
+    "CONSTRAIN-2[sglang-runtime,legacy-with-guided] where constrained decoding is served, which CI's "
+    "fake-engine reference run does not"
+)
 OPENAI_ONLY = "an OpenAI-hosted feature open servers do not serve (see docs/protocols/openai.md)"
 
 _SMG_COMMON: Patterns = (
