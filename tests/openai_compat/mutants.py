@@ -516,6 +516,33 @@ class LogprobsIgnored(Mutant):
         return call.body
 
 
+class MaxCompletionTokensIgnored(Mutant):
+    """``max_completion_tokens`` is accepted and ignored: only ``max_tokens`` limits a chat."""
+
+    name = "max-completion-tokens-ignored"
+    expected = frozenset({"CAP-1[openai,max_completion_tokens]"})
+
+    def request(self, call: Call) -> Any:
+        if isinstance(call.body, dict) and call.chat:
+            call.body.pop("max_completion_tokens", None)
+        return call.body
+
+
+class ContentPartsStringified(Mutant):
+    """A message whose content is a list of parts reaches the model as the list's Python text
+    (a chat template that renders ``content`` with ``str``), not as the parts' text."""
+
+    name = "content-parts-stringified"
+    expected = frozenset({"CAP-1[openai,content_parts]"})
+
+    def request(self, call: Call) -> Any:
+        messages = call.body.get("messages") if isinstance(call.body, dict) else None
+        for message in messages if isinstance(messages, list) else ():
+            if isinstance(message, dict) and isinstance(message.get("content"), list):
+                message["content"] = str(message["content"])
+        return call.body
+
+
 class UnknownModelServed(Mutant):
     """A model the server does not list is answered by the one it has."""
 
@@ -621,6 +648,8 @@ MUTANTS: tuple[type[Mutant], ...] = (
     IdsDiffer,
     NIgnored,
     LogprobsIgnored,
+    MaxCompletionTokensIgnored,
+    ContentPartsStringified,
     UnknownModelServed,
     StreamsItsErrors,
     TopLogprobsUnsorted,

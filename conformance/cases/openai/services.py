@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from conformance.cases.openai._common import answered, expect_refused, openai_case, support
 from conformance.drivers.openai.discover import list_models
+from conformance.drivers.openai.exchange import Api
 from conformance.drivers.openai.support import PROBES, State, base_probe
-from conformance.drivers.openai.view import view_of
+from conformance.drivers.openai.view import CompletionView, view_of
 from conformance.harness.context import Ctx
 from conformance.spec.registry import Variant
 from conformance.vocabulary import CaseSkipped
@@ -72,19 +73,25 @@ async def api_key_required(ctx: Ctx) -> None:
 
 
 CAPABILITY_VARIANTS = [
-    Variant({"feature": name}, tag=name) for name in ("n", "logprobs", "stream", "include_usage", "echo")
+    Variant({"feature": name}, tag=name)
+    for name in ("n", "logprobs", "stream", "include_usage", "echo", "max_completion_tokens", "content_parts")
 ]
+ONE_API = {"echo": "completions", "max_completion_tokens": "chat", "content_parts": "chat"}
+# Input forms the API defines as the same request: honoured means the same greedy answer.
+SAME_AS_THE_PROBE = frozenset({"content_parts"})
 
 
 @openai_case("CAP-1", variants=CAPABILITY_VARIANTS)
 async def honoured_or_refused(ctx: Ctx) -> None:
     """An optional parameter is honoured (two choices for n=2, logprobs when asked, an event
-    stream, a usage chunk, the prompt echoed) or refused with a 4xx: never accepted and ignored."""
+    stream, a usage chunk, the prompt echoed, a completion cut at max_completion_tokens, content
+    parts read as the same text) or refused with a 4xx: never accepted and ignored."""
     name = str(ctx.params["feature"])
-    served = [a for a in support(ctx).apis() if name != "echo" or a == "completions"]
+    only = ONE_API.get(name)
+    served = [a for a in support(ctx).apis() if only is None or a == only]
     if not served:
-        raise CaseSkipped(f"{name} is a completions parameter and the server does not serve completions")
-    probe = PROBES[f"completions.{name}" if name == "echo" else name]
+        raise CaseSkipped(f"{name} is a {only} parameter and the server does not serve {only}")
+    probe = PROBES[f"{only}.{name}" if only else name]
     for api in served:
         request, judge = probe(base_probe(api), None)
         assert request is not None
@@ -103,4 +110,33 @@ async def honoured_or_refused(ctx: Ctx) -> None:
             "honoured, or refused with a 4xx",
             verdict.detail,
         )
+        if name in SAME_AS_THE_PROBE and verdict.state is State.HONOURED:
+            await _same_as_the_probe(ctx, api, name, view_of(exchange))
         ctx.note(f"{api} {name}: {verdict.state.value} ({verdict.detail}); at connect: {found.state.value}")
+
+
+async def _same_as_the_probe(ctx: Ctx, api: Api, name: str, answer: CompletionView) -> None:
+    """The same request in another form: the same prompt tokens, and under greedy decoding the same
+    text, as the probe's plain form."""
+    plain = view_of(await ctx.http.send(base_probe(api)))
+    counts = [_prompt_tokens(v) for v in (plain, answer)]
+    if None not in counts:
+        ctx.check.that(
+            counts[0] == counts[1],
+            f"{api} {name}: usage.prompt_tokens",
+            f"{counts[0]}, as for the same text as a string",
+            str(counts[1]),
+        )
+    if support(ctx).deterministic:
+        ctx.check.that(
+            answer.texts() == plain.texts(),
+            f"{api} {name} (greedy)",
+            f"the answer to the same text as a string: {plain.texts()!r}",
+            repr(answer.texts()),
+        )
+
+
+def _prompt_tokens(view: CompletionView) -> int | None:
+    usage = view.usage
+    count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return count if isinstance(count, int) else None

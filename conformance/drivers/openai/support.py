@@ -124,8 +124,8 @@ async def learn(send: Send, *, token_prompt: list[int] | None) -> Support:
         if not features[api].usable:
             continue
         for name, probe in PROBES.items():
-            if name.startswith("completions.") and api != "completions":
-                continue
+            if "." in name and not name.startswith(f"{api}."):
+                continue  # a parameter of the other API
             feature_name = name.split(".", 1)[-1]
             request, judge = probe(base, token_prompt)
             if request is None:
@@ -233,6 +233,42 @@ def _echo(base: OpenAIRequest, _: list[int] | None) -> tuple[OpenAIRequest | Non
     return base.with_body(echo=True), judge
 
 
+MAX_COMPLETION_TOKENS = 2  # fewer than the probe's answer: "Count from one to ten" goes on
+
+
+def _max_completion_tokens(base: OpenAIRequest, _: list[int] | None) -> tuple[OpenAIRequest | None, Judge]:
+    """``max_completion_tokens``, which replaced ``max_tokens`` in OpenAI's chat API, alone."""
+    body = {k: v for k, v in base.body.items() if k != "max_tokens"}
+    request = OpenAIRequest(base.api, {**body, "max_completion_tokens": MAX_COMPLETION_TOKENS})
+
+    def judge(view: CompletionView, exchange: Exchange) -> Feature:
+        usage = view.usage
+        counted = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        finishes = {c.finish for c in view.choices.values()}
+        if isinstance(counted, int) and counted > MAX_COMPLETION_TOKENS:
+            return Feature(
+                State.IGNORED,
+                f"max_completion_tokens={MAX_COMPLETION_TOKENS} was accepted and {counted} tokens came",
+            )
+        if finishes == {"length"}:
+            return Feature(
+                State.HONOURED, f"cut at {counted if counted is not None else 'its'} tokens, length"
+            )
+        return Feature(
+            State.BROKEN,
+            f"max_completion_tokens={MAX_COMPLETION_TOKENS}: finishes {sorted(map(str, finishes))}",
+        )
+
+    return request, judge
+
+
+def _content_parts(base: OpenAIRequest, _: list[int] | None) -> tuple[OpenAIRequest | None, Judge]:
+    """The probe's message with its content as a list of text parts, which the chat API takes as
+    the same text (the CAP-1 case compares the two answers under greedy decoding)."""
+    messages = [{**m, "content": [{"type": "text", "text": m["content"]}]} for m in base.body["messages"]]
+    return OpenAIRequest(base.api, {**base.body, "messages": messages}), _shaped
+
+
 def _token_prompt(base: OpenAIRequest, ids: list[int] | None) -> tuple[OpenAIRequest | None, Judge]:
     if not ids:
         return None, lambda view, exchange: Feature(State.REFUSED, "")
@@ -249,6 +285,8 @@ PROBES: Mapping[str, Probe] = {
     "seed": _accepted(seed=1234, temperature=1.0),
     "completions.echo": _echo,
     "completions.token_prompt": _token_prompt,
+    "chat.max_completion_tokens": _max_completion_tokens,
+    "chat.content_parts": _content_parts,
 }
 
 

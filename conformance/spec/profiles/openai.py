@@ -216,9 +216,11 @@ OPENAI = Profile(
         "MALFORMED-3": na(NOT_HTTP_WIRE),
         "MALFORMED-4": na(NOT_HTTP_WIRE),
         "CAP-1": reads(
-            "an optional parameter (`n`, `logprobs`, `stream_options.include_usage`, `echo`, `stream`) is "
-            "honoured or refused with a 4xx, never accepted and ignored; so is `tool_choice: none` with tools "
-            "offered ('the model will not call any tool'): no `tool_calls`, no `tool_calls` finish"
+            "an optional parameter (`n`, `logprobs`, `stream_options.include_usage`, `echo`, `stream`, "
+            "`max_completion_tokens`, content as a list of text parts) is honoured or refused with a 4xx, "
+            "never accepted and ignored (content parts, greedy: the answer to the same text as a string); so "
+            "is `tool_choice: none` with tools offered ('the model will not call any tool'): no `tool_calls`, "
+            "no `tool_calls` finish"
         ),
         "CAP-2": na("nothing is advertised: CAP-1 learns it"),
         "CAP-3": na("nothing is advertised"),
@@ -251,4 +253,5 @@ OPENAI = Profile(
     },
     otherwise=na("not part of the OpenAI profile"),
     shows_reading=True,
+    revision=2,  # CAP-1 reads max_completion_tokens and content parts
 )
