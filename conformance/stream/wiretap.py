@@ -141,7 +141,8 @@ def track(message: betterproto2.Message, group: str) -> None:
     """Note each field of ``message`` (a server's, of ``group``: ``Service.Method response``) read
     from now on, when a wiretap runs."""
     if ACTIVE is not None:
-        _track(message, f"{group} ")
+        with contextlib.suppress(RecursionError):  # a hostile nesting is recorded no deeper
+            _track(message, f"{group} ")
 
 
 def _track(message: betterproto2.Message, prefix: str) -> None:
@@ -175,7 +176,8 @@ class _RouteCodec(CodecBase):
     def decode(self, data: bytes, message_type: Any) -> Any:
         message = self.inner.decode(data, message_type)
         if ACTIVE is not None and isinstance(message, betterproto2.Message):
-            _track(message, f"{self.rpc} response ")
+            with contextlib.suppress(RecursionError):  # a hostile nesting is recorded no deeper
+                _track(message, f"{self.rpc} response ")
         return message
 
 
@@ -262,7 +264,12 @@ def track_json(value: Any) -> Any:
         return value
     kind = value.get("object")
     group = kind if isinstance(kind, str) else "error" if "error" in value else None
-    return value if group is None else _wrap(value, f"{group} ")
+    if group is None:
+        return value
+    try:
+        return _wrap(value, f"{group} ")
+    except RecursionError:  # a hostile nesting: the body as it came, untracked
+        return value
 
 
 # ── messages a case encodes or decodes itself ───────────────

@@ -102,3 +102,12 @@ def test_an_uncovered_field_fails_coverage(tmp_path: Path) -> None:
     rows = {r.field: r for r in fields.matrix("lmrpc", {})}
     assert rows["InferenceService.Rerank response usage"].status == "open"
     assert rows["ControlService.GetModelInfo response model.architecture"].status == "n/a"
+
+
+def test_a_hostile_nesting_is_returned_untracked(tap: wiretap.Wiretap) -> None:
+    deep: dict[str, object] = {"object": "chat.completion"}
+    inner = deep
+    for _ in range(5000):
+        inner["x"] = {}
+        inner = inner["x"]  # type: ignore[assignment]
+    assert wiretap.track_json(deep) is deep
