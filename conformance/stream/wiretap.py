@@ -168,9 +168,8 @@ class _RouteCodec(CodecBase):
         return self.inner.__content_subtype__
 
     def encode(self, message: Any, message_type: Any) -> bytes:
-        if ACTIVE is not None and isinstance(message, betterproto2.Message):
-            for field in _sent(message, f"{self.rpc} request "):
-                ACTIVE.note("sent", field)
+        if isinstance(message, betterproto2.Message):
+            note_sent(message, f"{self.rpc} request")
         return self.inner.encode(message, message_type)
 
     def decode(self, data: bytes, message_type: Any) -> Any:
