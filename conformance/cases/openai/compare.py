@@ -144,8 +144,9 @@ def pair_requests(session: Session) -> list[OpenAIRequest]:
 
 
 def path_requests(found: Support, api: Api, max_tokens: int) -> list[OpenAIRequest]:
-    """Each streaming path's option (``STREAMING_PATHS``) on the prompts whose characters span
-    tokens, where the server takes it (one it refuses is skipped by the pair, never judged)."""
+    """Each streaming path's option (``STREAMING_PATHS``) once, on a prompt whose characters span
+    tokens (the first two of ``MULTIBYTE`` in turn, so each script meets several paths), where the
+    server takes it (one it refuses is skipped by the pair, never judged)."""
     options: list[dict[str, Any]] = []
     if found.has(api, "logprobs"):
         options += [{"logprobs": True} if api == "chat" else {"logprobs": 0}]
@@ -157,9 +158,8 @@ def path_requests(found: Support, api: Api, max_tokens: int) -> list[OpenAIReque
         options.append({"response_format": {"type": "json_object"}})
     n = 2 if found.has(api, "greedy_n") else None
     return [
-        make(api, prompt, temperature=0, max_tokens=max_tokens, n=n, **option)
-        for option in options
-        for prompt in MULTIBYTE[:2]
+        make(api, MULTIBYTE[i % 2], temperature=0, max_tokens=max_tokens, n=n, **option)
+        for i, option in enumerate(options)
     ]
 
 
