@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from reference_server.cpu import bf16_gemm_native
 from reference_server.smg_gateway import SmgGateway
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,20 +40,11 @@ INSTALL_SCRIPT = ROOT / "scripts" / "install-vllm.sh"
 SERVED_MODEL = "SmolLM2-135M-Instruct"
 
 
-def _compute_dtype() -> str:
-    """bfloat16 where the CPU computes it natively (AVX-512 BF16), else float32 (the same weights,
-    widened exactly). On an AVX2-only host vLLM's bfloat16 path generated ~5 tokens/s, its engine
-    stalled for minutes ("No available shared memory broadcast block found in 60 seconds") and
-    streams went silent past every budget; float32 there answered a 12-token completion in a median
-    1.83 s against bfloat16's 2.60 s."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return "float32"
-    return "bfloat16" if "avx512_bf16" in flags else "float32"
-
-
-DTYPE = _compute_dtype()
+# bfloat16 where oneDNN multiplies it natively, else float32 (the same weights, widened exactly).
+# On an AVX2-only host vLLM's bfloat16 path generated ~5 tokens/s, its engine stalled for minutes
+# ("No available shared memory broadcast block found in 60 seconds") and streams went silent past
+# every budget; float32 there answered a 12-token completion in a median 1.83 s against 2.60 s.
+DTYPE = "bfloat16" if bf16_gemm_native() else "float32"
 MAX_MODEL_LEN = 4096
 # On 2 busy cores the OpenAI server answered in 38-72 s, the gRPC server's engine in ~66 s, and
 # its default warm-up took ~110 s more
