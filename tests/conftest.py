@@ -32,29 +32,20 @@ settings.load_profile(os.environ.get("LMRPC_HYPOTHESIS_PROFILE", "lmrpc-tests"))
 # every test that took a minute or more says so on its own line, with the suite's clock beside it.
 _SLOW_TEST_S = 60.0
 _suite_started = time.monotonic()
-_test_seconds: dict[str, float] = {}
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
-
-
-def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
-    seconds = _test_seconds.pop(nodeid, 0.0)
-    terminal = _config.pluginmanager.get_plugin("terminalreporter") if _config else None
-    if seconds < _SLOW_TEST_S or terminal is None:
-        return
-    clock = time.monotonic() - _suite_started
-    terminal.ensure_newline()
-    terminal.write_line(f"[{clock:6.0f} s into the suite] {nodeid} took {seconds:.0f} s")
-
-
-_config: pytest.Config | None = None
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    global _config
-    _config = config
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    started = time.monotonic()
+    try:
+        return (yield)
+    finally:
+        seconds = time.monotonic() - started
+        terminal = item.config.pluginmanager.get_plugin("terminalreporter")
+        if seconds >= _SLOW_TEST_S and terminal is not None:
+            clock = time.monotonic() - _suite_started
+            terminal.ensure_newline()
+            terminal.write_line(f"[{clock:6.0f} s into the suite] {item.nodeid} took {seconds:.0f} s")
 
 
 @pytest.fixture(scope="session")
